@@ -1,0 +1,214 @@
+package wire
+
+import (
+	"io"
+)
+
+// RunHeader introduces a run of Count messages of one channel inside a DATA
+// body. The messages have sequence numbers FirstSeq, FirstSeq+1, ...; the
+// first message's timestamp is BaseTs plus its delta (zero when written by
+// this package's users as intended), and each following timestamp is the
+// previous one plus its delta.
+type RunHeader struct {
+	Channel  uint32
+	FirstSeq uint64
+	Count    int
+	BaseTs   int64
+}
+
+// Message is one decoded message. Payload aliases the DATA body given to
+// [DataReader.Reset], with its capacity clipped to its length; it is valid as
+// long as that body is. Copy it to keep it.
+type Message struct {
+	Ts      int64
+	Payload []byte
+}
+
+// MaxRunHeaderLen is the largest number of bytes [AppendRunHeader] writes.
+const MaxRunHeaderLen = 5 + 10 + 10 + 10
+
+// AppendRunHeader appends the header of a run to dst, which should be inside
+// a DATA frame started with [BeginFrame], and returns the extended slice.
+// Exactly h.Count messages must follow, written with [AppendMessage], the
+// first with prevTs = h.BaseTs. Encoders should set BaseTs to the first
+// message's timestamp, so its delta is 0 and costs one byte. It panics if
+// h.Count < 1: a run of no messages is malformed and a peer would close the
+// connection over it.
+func AppendRunHeader(dst []byte, h RunHeader) []byte {
+	if h.Count < 1 {
+		panic("wire: AppendRunHeader with a count below 1")
+	}
+	dst = appendUvarint(dst, uint64(h.Channel))
+	dst = appendUvarint(dst, h.FirstSeq)
+	dst = appendUvarint(dst, uint64(h.Count))
+	return appendSvarint(dst, h.BaseTs)
+}
+
+// RunHeaderLen is the number of bytes [AppendRunHeader] writes for h.
+func RunHeaderLen(h RunHeader) int {
+	return uvarintLen(uint64(h.Channel)) + uvarintLen(h.FirstSeq) + uvarintLen(uint64(h.Count)) + uvarintLen(zigzag(h.BaseTs))
+}
+
+// AppendMessage appends one message of a run to dst and returns the extended
+// slice: the timestamp as a delta from prevTs (the previous message's
+// timestamp, or the run's BaseTs for the first message), the payload length
+// and the payload. Deltas wrap around like int64 arithmetic, so any pair of
+// timestamps is representable; close timestamps cost one byte.
+func AppendMessage(dst []byte, prevTs, ts int64, payload []byte) []byte {
+	dst = appendSvarint(dst, ts-prevTs)
+	dst = appendUvarint(dst, uint64(len(payload)))
+	return append(dst, payload...)
+}
+
+// MessageLen is the number of bytes [AppendMessage] writes for a message of
+// payloadLen bytes with timestamp ts after prevTs. A batcher uses it to decide
+// whether a message still fits before appending it.
+func MessageLen(prevTs, ts int64, payloadLen int) int {
+	return uvarintLen(zigzag(ts-prevTs)) + uvarintLen(uint64(payloadLen)) + payloadLen
+}
+
+// DataReader walks the runs and messages of one DATA body in place, without
+// copying and without allocating (except for the error value when the body
+// is malformed). Use it as
+//
+//	r.Reset(frame.Body)
+//	for {
+//		h, err := r.NextRun()
+//		if err == io.EOF { break }
+//		if err != nil { return err } // protocol fault
+//		for {
+//			m, err := r.NextMessage()
+//			if err == io.EOF { break }
+//			if err != nil { return err }
+//			...
+//		}
+//	}
+//
+// or with [DataReader.ReadRun] for a run at a time. The body must be
+// decompressed already if the frame had [DataCompressed]. After a fault every
+// call returns the same error. The zero value is ready after Reset; a
+// DataReader is not safe for concurrent use.
+type DataReader struct {
+	body   []byte
+	off    int   // next unread byte
+	left   int   // messages of the current run not read yet
+	prevTs int64 // timestamp of the previous message of the run, or BaseTs
+	runs   int   // runs started
+	err    error // sticky fault
+}
+
+// Reset makes r read body from its start. r keeps body (and the messages it
+// returns alias it) until the next Reset.
+func (r *DataReader) Reset(body []byte) {
+	*r = DataReader{body: body}
+}
+
+func (r *DataReader) fail(err error) error {
+	r.err = err
+	r.left = 0
+	return err
+}
+
+// NextRun returns the header of the next run, skipping (and validating) any
+// messages of the current run that were not read. It returns io.EOF after the
+// last run. A body with no run at all is malformed. A run count of zero, or
+// one that the rest of the body cannot possibly hold (every message takes at
+// least two bytes), is [ErrOverrun], reported before any message is read.
+func (r *DataReader) NextRun() (RunHeader, error) {
+	for r.left > 0 {
+		if _, err := r.NextMessage(); err != nil {
+			return RunHeader{}, err
+		}
+	}
+	if r.err != nil {
+		return RunHeader{}, r.err
+	}
+	b, off := r.body, r.off
+	if off >= len(b) {
+		if r.runs == 0 {
+			return RunHeader{}, r.fail(frameErr(FrameData, off, ErrVarint, "channel: the body ends before its first run"))
+		}
+		return RunHeader{}, io.EOF
+	}
+	ch, next := uvarint32(b, off)
+	if next < 0 {
+		return RunHeader{}, r.fail(varintErr(FrameData, off, next, "run channel"))
+	}
+	off = next
+	seq, next := uvarint(b, off)
+	if next < 0 {
+		return RunHeader{}, r.fail(varintErr(FrameData, off, next, "run first sequence"))
+	}
+	countOff := next
+	count, next := uvarint(b, countOff)
+	if next < 0 {
+		return RunHeader{}, r.fail(varintErr(FrameData, countOff, next, "run count"))
+	}
+	off = next
+	base, next := svarint(b, off)
+	if next < 0 {
+		return RunHeader{}, r.fail(varintErr(FrameData, off, next, "run base timestamp"))
+	}
+	if count == 0 {
+		return RunHeader{}, r.fail(frameErr(FrameData, countOff, ErrOverrun, "a run of channel %d has a count of 0", ch))
+	}
+	if room := uint64(len(b)-next) / 2; count > room {
+		return RunHeader{}, r.fail(frameErr(FrameData, countOff, ErrOverrun,
+			"a run of channel %d claims %d messages, but the %d bytes left hold at most %d", ch, count, len(b)-next, room))
+	}
+	r.off = next
+	r.left = int(count)
+	r.prevTs = base
+	r.runs++
+	return RunHeader{Channel: ch, FirstSeq: seq, Count: int(count), BaseTs: base}, nil
+}
+
+// NextMessage returns the next message of the current run, or io.EOF when the
+// run has no more (including before the first NextRun).
+func (r *DataReader) NextMessage() (Message, error) {
+	if r.left == 0 {
+		if r.err != nil {
+			return Message{}, r.err
+		}
+		return Message{}, io.EOF
+	}
+	b := r.body
+	delta, off := svarint(b, r.off)
+	if off < 0 {
+		return Message{}, r.fail(varintErr(FrameData, r.off, off, "message timestamp delta"))
+	}
+	n, start := uvarint(b, off)
+	if start < 0 {
+		return Message{}, r.fail(varintErr(FrameData, off, start, "message length"))
+	}
+	if n > uint64(len(b)-start) {
+		return Message{}, r.fail(frameErr(FrameData, off, ErrOverrun,
+			"a message claims %d bytes, but only %d remain in the body", n, len(b)-start))
+	}
+	end := start + int(n)
+	ts := r.prevTs + delta
+	r.prevTs = ts
+	r.off = end
+	r.left--
+	return Message{Ts: ts, Payload: b[start:end:end]}, nil
+}
+
+// ReadRun decodes the next whole run, appending its messages to dst[:0], and
+// returns them with the run's header. It allocates only if cap(dst) is less
+// than the run's count. It returns io.EOF after the last run. On a fault it
+// returns dst[:0] and the error.
+func (r *DataReader) ReadRun(dst []Message) ([]Message, RunHeader, error) {
+	dst = dst[:0]
+	h, err := r.NextRun()
+	if err != nil {
+		return dst, RunHeader{}, err
+	}
+	for r.left > 0 {
+		m, err := r.NextMessage()
+		if err != nil {
+			return dst[:0], RunHeader{}, err
+		}
+		dst = append(dst, m)
+	}
+	return dst, h, nil
+}
