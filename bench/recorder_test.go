@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"sync"
+	"testing"
+)
+
+func TestRecorderSummarisesPercentilesInMicroseconds(t *testing.T) {
+	r := NewRecorder()
+	for v := int64(1); v <= 10_000; v++ {
+		r.Record(v * 1000) // 1 µs .. 10 ms
+	}
+	l := r.Latency()
+	checks := []struct {
+		name      string
+		got, want float64
+	}{
+		{"p50", l.P50, 5000}, {"p90", l.P90, 9000}, {"p99", l.P99, 9900},
+		{"p99.9", l.P999, 9990}, {"p99.99", l.P9999, 9999}, {"max", l.Max, 10000},
+	}
+	for _, c := range checks {
+		if c.got < c.want || c.got > c.want*1.001 {
+			t.Errorf("%s = %v µs, want %v within 0.1%%", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestRecorderClampsValuesOutsideItsRangeAndCountsThem(t *testing.T) {
+	r := NewRecorder()
+	r.Record(-5)
+	r.Record(2 * HighestNS)
+	r.Record(1000)
+	h := r.Snapshot()
+	if h.TotalCount() != 3 || r.Clamped() != 2 {
+		t.Fatalf("count %d clamped %d, want 3 and 2", h.TotalCount(), r.Clamped())
+	}
+	if !h.ValuesAreEquivalent(h.Max(), HighestNS) || h.Min() != 0 {
+		t.Errorf("range %d..%d, want 0..%d", h.Min(), h.Max(), int64(HighestNS))
+	}
+}
+
+func TestRecorderKeepsEveryValueRecordedConcurrently(t *testing.T) {
+	r := NewRecorder()
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 5000 {
+				r.Record(int64(g*1000 + i))
+			}
+		})
+	}
+	// Reading while others record must be safe.
+	_ = r.Snapshot()
+	wg.Wait()
+	if got := r.Count(); got != 40_000 {
+		t.Errorf("count %d, want 40000", got)
+	}
+}
+
+func TestMergeAddsTheOtherRecordersValues(t *testing.T) {
+	a, b := NewRecorder(), NewRecorder()
+	a.RecordN(1000, 3)
+	b.RecordN(50_000, 2)
+	b.Record(-1)
+	a.Merge(b)
+	h := a.Snapshot()
+	if h.TotalCount() != 6 || !h.ValuesAreEquivalent(h.Max(), 50_000) || a.Clamped() != 1 {
+		t.Errorf("merged count %d max %d clamped %d, want 6, 50000, 1", h.TotalCount(), h.Max(), a.Clamped())
+	}
+	if b.Count() != 3 {
+		t.Errorf("merge changed its source: count %d, want 3", b.Count())
+	}
+	a.Reset()
+	if a.Count() != 0 || a.Clamped() != 0 {
+		t.Error("reset left values behind")
+	}
+}
+
+func TestAnEmptyRecorderHasZeroLatency(t *testing.T) {
+	if l := NewRecorder().Latency(); l != (Latency{}) {
+		t.Errorf("got %+v", l)
+	}
+}
+
+func BenchmarkRecorderRecord(b *testing.B) {
+	r := NewRecorder()
+	b.ReportAllocs()
+	v := int64(1)
+	for b.Loop() {
+		r.Record(v)
+		v = v*7 + 13&0xfffff
+	}
+}
+
+func BenchmarkRecorderRecordParallel(b *testing.B) {
+	r := NewRecorder()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		v := int64(1)
+		for pb.Next() {
+			r.Record(v)
+			v = (v*7 + 13) & 0xfffff
+		}
+	})
+}
+
+func BenchmarkRecorderSnapshot(b *testing.B) {
+	r := NewRecorder()
+	for i := range int64(100_000) {
+		r.Record(i * 100)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = r.Snapshot()
+	}
+}
