@@ -1,0 +1,433 @@
+// Package window is the source side of one channel's sliding window: credit
+// in messages and bytes, the retained copies of every sent-but-unacknowledged
+// message for go-back-N re-sending, and the counters that say when the next
+// AckRequest is due.
+//
+// # How a message flows through a Sender
+//
+// Sequence numbers are per channel and consecutive from the channel's first
+// sequence number. A [Sender] keeps three cursors over them:
+//
+//	Acked() <= NextToSend() <= NextSeq()
+//	|-- retained, sent --|-- retained, not (re)sent --|
+//
+//   - [Sender.Push] copies a payload into retention and gives it the next
+//     sequence number, if the window has credit for it (at most
+//     Config.MaxMessages messages and Config.MaxBytes payload bytes retained).
+//     Without credit it returns [ErrNoCredit]; the caller waits for an ack.
+//   - The transport reads the messages from NextToSend() on with
+//     [Sender.Message], writes them, and moves the transmit cursor with
+//     [Sender.MarkSent].
+//   - When the receiver acknowledges "everything before next was received and
+//     consumed", [Sender.Ack] frees those messages and returns their credit.
+//   - When the receiver reports that messages from next on were lost,
+//     [Sender.Rewind] moves the transmit cursor back so they are sent again
+//     (go-back-N: the receiver drops everything after a gap, so everything
+//     after it is sent again too).
+//
+// Deciding when an ack says "lost", epochs and timers live in package
+// lossdetect, whose Tracker drives a Sender. The window only counts how much
+// was sent since the last AckRequest: [Sender.RequestDue] says when that
+// reaches Config.AckRequestShare of the window.
+//
+// # Memory
+//
+// Payloads are copied into one byte ring per Sender and message records into
+// one record ring; both grow on demand (doubling) up to their bound, so an idle
+// channel costs a few hundred bytes and a busy one at most Config.MaxBytes
+// plus 24 bytes per message of Config.MaxMessages. Once grown, Push, MarkSent
+// and Ack allocate nothing. A payload is stored contiguously: when it does not
+// fit before the end of the ring it starts again at the front, and the few
+// bytes skipped at the end count against byte credit until the messages before
+// them are acknowledged. The window therefore never holds more than MaxBytes,
+// and the credit lost to that skipped tail is less than one payload.
+//
+// A Sender is not safe for concurrent use: it belongs to the one goroutine
+// (event loop) that owns its channel.
+package window
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Limits on a [Config], so that offsets fit the record ring's 32-bit fields.
+const (
+	// MaxMessagesLimit is the largest allowed Config.MaxMessages.
+	MaxMessagesLimit = 1 << 24
+	// MaxBytesLimit is the largest allowed Config.MaxBytes.
+	MaxBytesLimit = 1 << 30
+)
+
+// Errors returned by [Sender].
+var (
+	// ErrNoCredit means the window is full: the payload fits once the receiver
+	// acknowledges some of the retained messages.
+	ErrNoCredit = errors.New("window: no credit: the window is full until the receiver acknowledges")
+	// ErrTooLarge means a payload is larger than Config.MaxBytes and could never
+	// fit in the window.
+	ErrTooLarge = errors.New("window: payload is larger than the window's MaxBytes")
+	// ErrSeqExhausted means the channel has used every sequence number below
+	// math.MaxUint64; it must be re-opened with a new epoch.
+	ErrSeqExhausted = errors.New("window: sequence numbers exhausted")
+	// ErrAckBeyondSent means an ack claimed that messages were received that
+	// were never sent; it is ignored.
+	ErrAckBeyondSent = errors.New("window: ack for sequence numbers never sent")
+	// ErrOutOfRange means a cursor was moved outside the retained messages.
+	ErrOutOfRange = errors.New("window: sequence number outside the retained messages")
+)
+
+// Config bounds one channel's window. The zero value is not valid; start from
+// [DefaultConfig].
+type Config struct {
+	// MaxMessages is the window in messages: at most this many messages are
+	// retained (sent or not, but not yet acknowledged). Default 1024.
+	MaxMessages int
+	// MaxBytes is the window in payload bytes. A single payload larger than
+	// MaxBytes is rejected with [ErrTooLarge]. Default 256 KiB.
+	MaxBytes int
+	// AckRequestShare is the share of the window (in messages or in bytes,
+	// whichever is reached first) sent since the last AckRequest after which
+	// the next AckRequest is due. In (0, 1]. Default 0.25.
+	AckRequestShare float64
+	// QuietAfter is how long a channel with unacknowledged messages may send
+	// nothing before an AckRequest is sent anyway, so that the tail of a slow
+	// stream is acknowledged. Used by lossdetect.Tracker. Default 200µs.
+	QuietAfter time.Duration
+}
+
+// DefaultConfig returns the defaults documented on [Config].
+func DefaultConfig() Config {
+	return Config{
+		MaxMessages:     1024,
+		MaxBytes:        256 << 10,
+		AckRequestShare: 0.25,
+		QuietAfter:      200 * time.Microsecond,
+	}
+}
+
+// Validate reports the first field that is out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxMessages < 1 || c.MaxMessages > MaxMessagesLimit:
+		return fmt.Errorf("window: MaxMessages must be in [1, %d], got %d", MaxMessagesLimit, c.MaxMessages)
+	case c.MaxBytes < 1 || c.MaxBytes > MaxBytesLimit:
+		return fmt.Errorf("window: MaxBytes must be in [1, %d], got %d", MaxBytesLimit, c.MaxBytes)
+	case !(c.AckRequestShare > 0 && c.AckRequestShare <= 1): // also rejects NaN
+		return fmt.Errorf("window: AckRequestShare must be in (0, 1], got %v", c.AckRequestShare)
+	case c.QuietAfter <= 0:
+		return fmt.Errorf("window: QuietAfter must be > 0, got %v", c.QuietAfter)
+	}
+	return nil
+}
+
+// record is one retained message: its timestamp and where its payload lies in
+// the byte ring.
+type record struct {
+	ts  int64
+	end uint64 // stream offset just past this payload: bytes pushed up to and including it
+	off uint32
+	n   uint32
+}
+
+// Initial ring sizes; both rings double on demand up to the configured bound.
+const (
+	initialRecords = 64
+	initialBytes   = 4 << 10
+)
+
+// Sender is the source side of one channel's window. Create it with
+// [NewSender].
+//
+// A Sender is not safe for concurrent use.
+type Sender struct {
+	cfg Config
+
+	acked      uint64 // first retained (unacknowledged) seq
+	nextToSend uint64 // transmit cursor
+	nextSeq    uint64 // seq of the next Push
+	sentHigh   uint64 // highest cursor ever passed to MarkSent: acks beyond it are bogus
+
+	recs []record // ring indexed by seq & recMask; len is a power of two
+	mask uint64
+
+	buf      []byte // byte ring
+	bhead    int    // offset of the oldest retained payload
+	btail    int    // where the next payload is written
+	wrapped  bool   // live data is [bhead, end of ring) and [0, btail)
+	wrapSeq  uint64 // while wrapped: the first seq stored at the front of the ring
+	payBytes int    // sum of retained payload lengths
+	pushed   uint64 // total payload bytes ever pushed: the stream offset of NextSeq
+
+	// AckRequest scheduling: messages and bytes passed to MarkSent since the
+	// last MarkRequested, and the thresholds that make a request due.
+	sinceMsgs, sinceBytes int
+	dueMsgs, dueBytes     int
+}
+
+// NewSender returns an empty window whose first message gets sequence number
+// firstSeq. It panics if cfg is not valid (check it with [Config.Validate]):
+// a Config comes from the program, not from the network.
+func NewSender(cfg Config, firstSeq uint64) *Sender {
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	nrec := initialRecords
+	if p := ceilPow2(cfg.MaxMessages); p < nrec {
+		nrec = p
+	}
+	s := &Sender{
+		cfg:        cfg,
+		acked:      firstSeq,
+		nextToSend: firstSeq,
+		nextSeq:    firstSeq,
+		sentHigh:   firstSeq,
+		recs:       make([]record, nrec),
+		mask:       uint64(nrec - 1),
+		dueMsgs:    max(1, int(math.Ceil(cfg.AckRequestShare*float64(cfg.MaxMessages)))),
+		dueBytes:   max(1, int(math.Ceil(cfg.AckRequestShare*float64(cfg.MaxBytes)))),
+	}
+	return s
+}
+
+// Config returns the configuration the Sender was created with.
+func (s *Sender) Config() Config { return s.cfg }
+
+// Acked is the first unacknowledged sequence number: every message below it
+// has been freed.
+func (s *Sender) Acked() uint64 { return s.acked }
+
+// NextSeq is the sequence number the next [Sender.Push] gets.
+func (s *Sender) NextSeq() uint64 { return s.nextSeq }
+
+// NextToSend is the transmit cursor: the first retained message that has not
+// been sent since the last [Sender.Rewind].
+func (s *Sender) NextToSend() uint64 { return s.nextToSend }
+
+// SentHigh is the highest transmit cursor ever reached: every message below it
+// has been sent at least once. An ack may not go beyond it.
+func (s *Sender) SentHigh() uint64 { return s.sentHigh }
+
+// Unsent is the number of retained messages waiting to be (re)sent:
+// NextSeq() - NextToSend().
+func (s *Sender) Unsent() int { return int(s.nextSeq - s.nextToSend) }
+
+// Retained returns the number of retained messages and the sum of their
+// payload lengths.
+func (s *Sender) Retained() (msgs, bytes int) { return int(s.nextSeq - s.acked), s.payBytes }
+
+// InFlight returns the number of messages sent at least once but not yet
+// acknowledged, SentHigh() - Acked().
+func (s *Sender) InFlight() int { return int(s.sentHigh - s.acked) }
+
+// HasCredit reports whether a payload of size bytes can be pushed now.
+func (s *Sender) HasCredit(size int) bool {
+	if size < 0 || size > s.cfg.MaxBytes || s.nextSeq == math.MaxUint64 {
+		return false
+	}
+	if int(s.nextSeq-s.acked) >= s.cfg.MaxMessages || s.payBytes+size > s.cfg.MaxBytes {
+		return false
+	}
+	if _, ok := s.place(size); ok {
+		return true
+	}
+	return len(s.buf) < s.cfg.MaxBytes // the ring can grow to make room
+}
+
+// place returns where a payload of n bytes would go in the byte ring without
+// growing it.
+func (s *Sender) place(n int) (off int, ok bool) {
+	switch {
+	case s.nextSeq == s.acked: // empty: start at the front
+		return 0, n <= len(s.buf)
+	case s.wrapped:
+		return s.btail, s.bhead-s.btail >= n
+	case len(s.buf)-s.btail >= n:
+		return s.btail, true
+	default: // wrap to the front, skipping the tail
+		return 0, s.bhead >= n
+	}
+}
+
+// Push copies payload into the window and returns its sequence number. ts is
+// the message's timestamp, kept with it for re-sending. The caller may reuse
+// payload as soon as Push returns.
+//
+// Push returns [ErrTooLarge] if len(payload) > Config.MaxBytes, [ErrNoCredit]
+// if the window has no room for it now, and [ErrSeqExhausted] once the
+// sequence numbers run out.
+func (s *Sender) Push(ts int64, payload []byte) (seq uint64, err error) {
+	n := len(payload)
+	if n > s.cfg.MaxBytes {
+		return 0, ErrTooLarge
+	}
+	if s.nextSeq == math.MaxUint64 {
+		return 0, ErrSeqExhausted
+	}
+	if int(s.nextSeq-s.acked) >= s.cfg.MaxMessages || s.payBytes+n > s.cfg.MaxBytes {
+		return 0, ErrNoCredit
+	}
+	off, ok := s.place(n)
+	if !ok {
+		if len(s.buf) >= s.cfg.MaxBytes {
+			return 0, ErrNoCredit
+		}
+		s.growBytes(n)
+		off, _ = s.place(n) // growBytes guarantees room
+	}
+	if int(s.nextSeq-s.acked) >= len(s.recs) {
+		s.growRecords()
+	}
+	if s.nextSeq == s.acked {
+		s.bhead, s.btail, s.wrapped = 0, 0, false
+	}
+	if off == 0 && s.btail != 0 && !s.wrapped && s.nextSeq != s.acked {
+		s.wrapped, s.wrapSeq = true, s.nextSeq
+	}
+	copy(s.buf[off:off+n], payload)
+	s.btail = off + n
+	s.pushed += uint64(n)
+	s.recs[s.nextSeq&s.mask] = record{ts: ts, end: s.pushed, off: uint32(off), n: uint32(n)}
+	s.payBytes += n
+	seq = s.nextSeq
+	s.nextSeq++
+	return seq, nil
+}
+
+// growBytes re-packs the retained payloads at the front of a larger ring that
+// has room for n more bytes.
+func (s *Sender) growBytes(n int) {
+	size := max(initialBytes, 2*len(s.buf))
+	for size < s.payBytes+n {
+		size *= 2
+	}
+	size = min(size, s.cfg.MaxBytes)
+	nb := make([]byte, size)
+	pos := 0
+	for seq := s.acked; seq != s.nextSeq; seq++ {
+		r := &s.recs[seq&s.mask]
+		copy(nb[pos:], s.buf[r.off:r.off+r.n])
+		r.off = uint32(pos)
+		pos += int(r.n)
+	}
+	s.buf, s.bhead, s.btail, s.wrapped = nb, 0, pos, false
+}
+
+// growRecords doubles the record ring, keeping each retained record at its
+// sequence number's new slot.
+func (s *Sender) growRecords() {
+	nr := make([]record, 2*len(s.recs))
+	nmask := uint64(len(nr) - 1)
+	for seq := s.acked; seq != s.nextSeq; seq++ {
+		nr[seq&nmask] = s.recs[seq&s.mask]
+	}
+	s.recs, s.mask = nr, nmask
+}
+
+// Message returns a retained message, Acked() <= seq < NextSeq(). The payload
+// aliases the window's ring: it stays valid until [Sender.Ack] frees seq, and
+// the caller must not modify it. For a seq that is not retained Message
+// returns (0, nil); a retained empty payload is a non-nil empty slice.
+func (s *Sender) Message(seq uint64) (ts int64, payload []byte) {
+	if seq < s.acked || seq >= s.nextSeq {
+		return 0, nil
+	}
+	r := &s.recs[seq&s.mask]
+	if r.n == 0 {
+		return r.ts, emptyPayload
+	}
+	return r.ts, s.buf[r.off : r.off+r.n : r.off+r.n]
+}
+
+// MarkSent records that every message below through has been written:
+// the transmit cursor moves to through. A through at or below NextToSend() is
+// a no-op; a through beyond NextSeq() returns [ErrOutOfRange] and moves
+// nothing.
+func (s *Sender) MarkSent(through uint64) error {
+	if through <= s.nextToSend {
+		return nil
+	}
+	if through > s.nextSeq {
+		return ErrOutOfRange
+	}
+	s.sinceBytes += int(s.streamOffset(through) - s.streamOffset(s.nextToSend))
+	s.sinceMsgs += int(through - s.nextToSend)
+	s.nextToSend = through
+	s.sentHigh = max(s.sentHigh, through)
+	return nil
+}
+
+// Ack frees every message below next and returns how many it freed. An ack at
+// or below Acked() frees nothing (an old or duplicate ack). An ack beyond
+// SentHigh() acknowledges messages never sent: it frees nothing and returns
+// [ErrAckBeyondSent]. If next is beyond the transmit cursor (a late ack after
+// a [Sender.Rewind]) the cursor moves up to next.
+func (s *Sender) Ack(next uint64) (freed int, err error) {
+	if next <= s.acked {
+		return 0, nil
+	}
+	if next > s.sentHigh {
+		return 0, ErrAckBeyondSent
+	}
+	freed = int(next - s.acked)
+	s.payBytes -= int(s.streamOffset(next) - s.streamOffset(s.acked))
+	s.acked = next
+	s.nextToSend = max(s.nextToSend, next)
+	if s.acked == s.nextSeq {
+		s.bhead, s.btail, s.wrapped = 0, 0, false
+		return freed, nil
+	}
+	if s.wrapped && s.acked >= s.wrapSeq {
+		s.wrapped = false // the oldest payload is now in the front part
+	}
+	s.bhead = int(s.recs[s.acked&s.mask].off)
+	return freed, nil
+}
+
+// Rewind moves the transmit cursor back to seq so that the messages from seq
+// on are sent again (go-back-N). It returns [ErrOutOfRange] and moves nothing
+// unless Acked() <= seq <= NextToSend(). It returns the number of messages
+// that will be sent again.
+func (s *Sender) Rewind(seq uint64) (resend int, err error) {
+	if seq < s.acked || seq > s.nextToSend {
+		return 0, ErrOutOfRange
+	}
+	resend = int(s.nextToSend - seq)
+	s.nextToSend = seq
+	return resend, nil
+}
+
+// RequestDue reports whether Config.AckRequestShare of the window (in
+// messages or bytes) has been sent since the last [Sender.MarkRequested].
+// Re-sent messages count too.
+func (s *Sender) RequestDue() bool {
+	return s.sinceMsgs >= s.dueMsgs || s.sinceBytes >= s.dueBytes
+}
+
+// MarkRequested records that an AckRequest covering everything sent so far has
+// just been sent: the count behind [Sender.RequestDue] starts again.
+func (s *Sender) MarkRequested() { s.sinceMsgs, s.sinceBytes = 0, 0 }
+
+// streamOffset is the number of payload bytes pushed before seq,
+// Acked() <= seq <= NextSeq().
+func (s *Sender) streamOffset(seq uint64) uint64 {
+	if seq == s.nextSeq {
+		return s.pushed
+	}
+	r := &s.recs[seq&s.mask]
+	return r.end - uint64(r.n)
+}
+
+// emptyPayload is what Message returns for a retained empty payload, so that
+// it differs from the nil of "not retained".
+var emptyPayload = []byte{}
+
+func ceilPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
