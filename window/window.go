@@ -6,10 +6,10 @@
 // # How a message flows through a Sender
 //
 // Sequence numbers are per channel and consecutive from the channel's first
-// sequence number. A [Sender] keeps three cursors over them:
-//
-//	Acked() <= NextToSend() <= NextSeq()
-//	|-- retained, sent --|-- retained, not (re)sent --|
+// sequence number. A [Sender] keeps three cursors over them, Acked() <=
+// NextToSend() <= NextSeq(): the messages in [Acked, NextToSend) are retained
+// and have been sent, those in [NextToSend, NextSeq) are retained and wait to
+// be (re)sent.
 //
 //   - [Sender.Push] copies a payload into retention and gives it the next
 //     sequence number, if the window has credit for it (at most
