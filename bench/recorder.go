@@ -13,8 +13,8 @@ import (
 // Recording range of every [Recorder]: values are nanoseconds from 1 ns to
 // 60 s, kept to 3 significant figures (a relative error of at most 0.1%).
 const (
-	LowestNS      = 1
-	HighestNS     = 60_000_000_000
+	LowestNS           = 1
+	HighestNS          = 60_000_000_000
 	SignificantFigures = 3
 )
 

@@ -41,6 +41,13 @@ func (p *grpcPeer) Name() string {
 	return "grpc"
 }
 
+func (p *grpcPeer) about() string {
+	if p.packed {
+		return "one bidirectional gRPC stream, 64 KiB frames of length-prefixed messages per Send, raw-bytes codec, default settings; latency sends one message per Send."
+	}
+	return "one bidirectional gRPC stream, one message per Send, raw-bytes codec (Marshal copies, as proto.Marshal allocates), default settings."
+}
+
 // rawCodecName is the content subtype both ends use ("application/grpc+sluice-raw").
 const rawCodecName = "sluice-raw"
 

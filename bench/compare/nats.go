@@ -43,7 +43,11 @@ const (
 
 // natsWindow is how many messages of size bytes may be unacknowledged.
 func natsWindow(size int) int64 {
-	return max(4, min(natsMaxWindow, natsWindowBytes/max(1, size)))
+	return int64(max(4, min(natsMaxWindow, natsWindowBytes/max(1, size))))
+}
+
+func (p *natsPeer) about() string {
+	return "core NATS through an in-process nats-server, one publishing and one subscribing connection, with a credit window (the subscriber publishes its count every quarter window) so no message is dropped as a slow consumer; latency is request/reply."
 }
 
 // natsSession is an embedded server and two client connections to it.

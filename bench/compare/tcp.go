@@ -61,6 +61,10 @@ func tcpPair(ctx context.Context) (client, server *net.TCPConn, stop func(), err
 	return client, server, stop, nil
 }
 
+func (p *tcpPeer) about() string {
+	return "plain TCP; the writer fills 64 KiB buffers of length-prefixed messages, the reader reads 64 KiB at a time and checks every message. The ceiling."
+}
+
 func (p *tcpPeer) Throughput(ctx context.Context, size int, d time.Duration) (int64, time.Duration, error) {
 	client, server, stop, err := tcpPair(ctx)
 	if err != nil {
