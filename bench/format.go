@@ -42,20 +42,62 @@ func sig3(v float64) string {
 	}
 }
 
-// si formats v with an SI prefix and three significant figures: "1.23 M",
-// "456 k", "12.0 " (unit follows after the space).
+// si formats v with an SI prefix and three significant figures, separated
+// by a space: "1.23 M", "456 k", "12.0".
 func si(v float64) string {
+	n, prefix := siSplit(v)
+	if prefix == "" {
+		return n
+	}
+	return n + " " + prefix
+}
+
+// siUnit formats v with the SI prefix glued to unit: "10.0 MB/s", "12.0 B/s".
+func siUnit(v float64, unit string) string {
+	n, prefix := siSplit(v)
+	return n + " " + prefix + unit
+}
+
+func siSplit(v float64) (string, string) {
 	a := math.Abs(v)
 	switch {
 	case a >= 1e9:
-		return sig3(v/1e9) + " G"
+		return sig3(v / 1e9), "G"
 	case a >= 1e6:
-		return sig3(v/1e6) + " M"
+		return sig3(v / 1e6), "M"
 	case a >= 1e3:
-		return sig3(v/1e3) + " k"
+		return sig3(v / 1e3), "k"
 	default:
-		return sig3(v) + " "
+		return sig3(v), ""
 	}
+}
+
+// tickLabel formats an axis tick without trailing zeros: "2", "0.5",
+// "50 k", "1.5 M".
+func tickLabel(v float64) string {
+	return strconv.FormatFloat(roundTo(v, 9), 'f', -1, 64)
+}
+
+func siTickLabel(v float64) string {
+	for _, p := range []struct {
+		div    float64
+		prefix string
+	}{{1e9, " G"}, {1e6, " M"}, {1e3, " k"}} {
+		if math.Abs(v) >= p.div {
+			return tickLabel(v/p.div) + p.prefix
+		}
+	}
+	return tickLabel(v)
+}
+
+// roundTo rounds v to digits significant digits, hiding float noise such as
+// 0.30000000000000004 from repeated addition.
+func roundTo(v float64, digits int) float64 {
+	if v == 0 {
+		return 0
+	}
+	scale := math.Pow(10, float64(digits)-math.Ceil(math.Log10(math.Abs(v))))
+	return math.Round(v*scale) / scale
 }
 
 // duration formats a latency given in microseconds: "45.0 µs", "1.23 ms",

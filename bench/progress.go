@@ -156,7 +156,7 @@ func (p *Progress) sample(t time.Duration) {
 	p.mu.samples = append(p.mu.samples, s)
 	p.mu.Unlock()
 
-	fmt.Fprintf(p.out, "t=%ds  rate %smsgs/s  p99 %s  delivered %s\n",
+	fmt.Fprintf(p.out, "t=%ds  rate %s msgs/s  p99 %s  delivered %s\n",
 		int64(t.Round(time.Second)/time.Second), si(s.MsgsPerS), duration(s.P99US), grouped(delivered))
 }
 

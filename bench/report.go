@@ -59,7 +59,7 @@ type Report struct {
 	// Timeline has one sample per second of the run.
 	Timeline []Sample `json:"timeline,omitempty"`
 	// Events lists the faults injected, with their times, for charts.
-	Events []Event   `json:"events,omitempty"`
+	Events []Event  `json:"events,omitempty"`
 	Notes  []string `json:"notes,omitempty"`
 }
 
@@ -177,7 +177,7 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	row("duplicates", grouped(r.Duplicates))
 	row("lost", grouped(r.Lost))
 	row("resent", grouped(r.Resent))
-	row("throughput", fmt.Sprintf("%smsgs/s, %sB/s", si(r.ThroughputMsgsPerS), si(r.ThroughputBytesPerS)))
+	row("throughput", si(r.ThroughputMsgsPerS)+" msgs/s, "+siUnit(r.ThroughputBytesPerS, "B/s")+" payload")
 	l := r.LatencyUS
 	row("latency p50 / p90 / p99", fmt.Sprintf("%s / %s / %s", duration(l.P50), duration(l.P90), duration(l.P99)))
 	row("latency p99.9 / p99.99 / max", fmt.Sprintf("%s / %s / %s", duration(l.P999), duration(l.P9999), duration(l.Max)))

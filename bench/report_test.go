@@ -288,7 +288,7 @@ func TestWriteDirWritesEveryFileAndTheChartsParse(t *testing.T) {
 	if counts["polyline.series"] != 1 || counts["g.marker"] != 2 || counts["g.x-axis"] != 1 || counts["g.y-axis"] != 1 {
 		t.Errorf("timeline.svg elements %v", counts)
 	}
-	for _, want := range []string{"time (s)", "delivered (msgs/s)", "kill", "drop", "100 k"} {
+	for _, want := range []string{"time (s)", "delivered (msgs/s)", "kill", "drop", "100 k", "50 k", "2", "10"} {
 		if !slices.Contains(texts, want) {
 			t.Errorf("timeline.svg lacks the text %q (has %q)", want, texts)
 		}
@@ -308,4 +308,3 @@ func TestWriteDirWithoutARecorderSkipsTheLatencyFiles(t *testing.T) {
 		t.Errorf("an empty timeline should say so: %q", texts)
 	}
 }
-

@@ -137,7 +137,8 @@ func linearAxis(label string, lo, hi float64, format func(float64) string) axis 
 	}
 	step := niceStep((hi - lo) / 5)
 	a := axis{label: label, min: math.Floor(lo/step) * step, max: math.Ceil(hi/step) * step}
-	for v := a.min; v <= a.max+step/2; v += step {
+	for k := 0.0; a.min+k*step <= a.max+step/2; k++ {
+		v := a.min + k*step
 		a.ticks = append(a.ticks, tick{v, format(v)})
 	}
 	return a
@@ -182,7 +183,7 @@ func writeLatencySVG(w io.Writer, h *hdrhistogram.Histogram, scenario string) er
 	for d := 0.0; d <= decades; d++ {
 		p.x.ticks = append(p.x.ticks, tick{math.Pow(10, d), percentileLabel(d)})
 	}
-	p.y = linearAxis("latency (µs)", 0, maxUS, sig3)
+	p.y = linearAxis("latency (µs)", 0, maxUS, tickLabel)
 	return p.write(w)
 }
 
@@ -228,7 +229,7 @@ func WriteTimelineSVG(w io.Writer, r *Report) error {
 		maxT = math.Max(maxT, e.T)
 		p.markers = append(p.markers, marker{e.T, e.Kind})
 	}
-	p.x = linearAxis("time (s)", 0, maxT, sig3)
-	p.y = linearAxis("delivered (msgs/s)", 0, maxRate, func(v float64) string { return strings.TrimSpace(si(v)) })
+	p.x = linearAxis("time (s)", 0, maxT, tickLabel)
+	p.y = linearAxis("delivered (msgs/s)", 0, maxRate, siTickLabel)
 	return p.write(w)
 }

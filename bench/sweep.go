@@ -34,6 +34,12 @@ type SweepReport struct {
 	Reports []*Report `json:"reports"`
 }
 
+// NewSweepReport starts an empty sweep named name, on the machine
+// [DetectMachine] describes.
+func NewSweepReport(name string) *SweepReport {
+	return &SweepReport{Name: name, Machine: DetectMachine()}
+}
+
 type sweepPoint struct {
 	size, channels int64
 	r              *Report
@@ -112,7 +118,7 @@ func WriteSweepSVG(w io.Writer, s *SweepReport) error {
 	for _, sz := range sizes {
 		p.x.ticks = append(p.x.ticks, tick{float64(sz), bytesLabel(sz)})
 	}
-	p.y = linearAxis("delivered (msgs/s)", 0, maxRate, func(v float64) string { return strings.TrimSpace(si(v)) })
+	p.y = linearAxis("delivered (msgs/s)", 0, maxRate, siTickLabel)
 	return p.write(w)
 }
 
@@ -144,13 +150,13 @@ func WriteSweepMarkdown(w io.Writer, s *SweepReport) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Sluice sweep: %s\n\nMachine: %s.\n\n", mdEscape(s.Name), mdEscape(s.Machine.String()))
-	b.WriteString("| channels | msg size | msgs/s | payload B/s | p50 | p99 | p99.9 | max | wire B/msg | lost | dup |\n")
+	b.WriteString("| channels | msg size | msgs/s | payload | p50 | p99 | p99.9 | max | wire B/msg | lost | dup |\n")
 	b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, pt := range pts {
 		r := pt.r
 		l := r.LatencyUS
 		fmt.Fprintf(&b, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			pt.channels, bytesLabel(pt.size), si(r.ThroughputMsgsPerS), si(r.ThroughputBytesPerS),
+			pt.channels, bytesLabel(pt.size), si(r.ThroughputMsgsPerS), siUnit(r.ThroughputBytesPerS, "B/s"),
 			duration(l.P50), duration(l.P99), duration(l.P999), duration(l.Max),
 			sig3(r.WireBytesPerMsg), grouped(r.Lost), grouped(r.Duplicates))
 	}
