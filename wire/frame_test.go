@@ -130,7 +130,7 @@ func TestRunHeaderLenAndMessageLenMatchWhatIsAppended(t *testing.T) {
 
 func TestAppendGoAwayCutsLongMessagesAtACharacterBoundary(t *testing.T) {
 	msg := strings.Repeat("é", MaxGoAwayMessage) // 2 bytes each
-	msg = "x" + msg                                // so the limit falls inside a character
+	msg = "x" + msg                              // so the limit falls inside a character
 	f, _, err := DecodeFrame(AppendGoAway(nil, GoAway{Code: GoAwayLimit, Message: msg}), 0)
 	if err != nil {
 		t.Fatal(err)

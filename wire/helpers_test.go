@@ -10,9 +10,9 @@ import (
 // Test-only value types, so that one table can hold every kind of frame and a
 // single pair of functions can encode and parse any of them.
 type (
-	ping  uint64
-	pong  uint64
-	run   struct {
+	ping uint64
+	pong uint64
+	run  struct {
 		H    RunHeader
 		Msgs []Message
 	}
