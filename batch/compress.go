@@ -70,7 +70,8 @@ type Compressor struct {
 }
 
 // NewCompressor returns a Compressor that tries batches of at least threshold
-// bytes. A threshold <= 0 means never compress.
+// bytes, normally [Config.CompressThreshold]. A threshold <= 0 means never
+// compress.
 func NewCompressor(threshold int) *Compressor {
 	return &Compressor{threshold: threshold}
 }
