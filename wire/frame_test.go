@@ -240,3 +240,15 @@ func TestDecodeFrameStopsAtTheDeclaredLength(t *testing.T) {
 		}
 	})
 }
+
+func TestTheChecksumIsCRC32CBigEndian(t *testing.T) {
+	// The check value of CRC-32C (Castagnoli) for "123456789" is 0xe3069283;
+	// CRC-32 (IEEE) would give 0xcbf43926.
+	f := AppendFrame(nil, FrameData, 0, []byte("123456789"))
+	if got := f[6:10]; !bytes.Equal(got, []byte{0xe3, 0x06, 0x92, 0x83}) {
+		t.Fatalf("the header's CRC field is %x, want e3069283", got)
+	}
+	if got := f[2:6]; !bytes.Equal(got, []byte{0, 0, 0, 9}) {
+		t.Fatalf("the header's length field is %x, want 00000009", got)
+	}
+}
