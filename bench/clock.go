@@ -29,8 +29,8 @@ type Clock interface {
 }
 
 // RealClock is the [Clock] drivers use by default: [Now], with sleeps that
-// use a timer for waits of at least SpinBelow and yield-spin
-// (runtime.Gosched) for shorter ones, because timers wake tens of
+// use a timer for all but the last SpinBelow of a wait and yield-spin
+// (runtime.Gosched) through the rest, because timers wake tens of
 // microseconds late. Spinning keeps a core busy; a zero SpinBelow never
 // spins, and a driver at a high rate then sends in bursts instead, which the
 // latency figures show honestly.
@@ -58,7 +58,8 @@ func (c RealClock) SleepUntil(ctx context.Context, t int64) error {
 			runtime.Gosched()
 			continue
 		}
-		timer := time.NewTimer(wait)
+		// Wake a spin's worth early; the loop spins the rest precisely.
+		timer := time.NewTimer(wait - c.SpinBelow)
 		select {
 		case <-ctx.Done():
 			timer.Stop()

@@ -258,3 +258,16 @@ func BenchmarkFixedRateDriverOverhead(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*1000), "ns/msg")
 }
+
+func TestRealClockSleepsUntilTheTimeAndHonoursCancellation(t *testing.T) {
+	c := RealClock{SpinBelow: DefaultSpinBelow}
+	target := Now() + int64(200*time.Microsecond)
+	if err := c.SleepUntil(context.Background(), target); err != nil || Now() < target {
+		t.Errorf("woke at %d before %d (%v)", Now(), target, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.SleepUntil(ctx, Now()+int64(time.Hour)); !errors.Is(err, context.Canceled) {
+		t.Errorf("got %v, want context.Canceled", err)
+	}
+}

@@ -88,7 +88,7 @@ func BenchmarkRecorderRecord(b *testing.B) {
 	v := int64(1)
 	for b.Loop() {
 		r.Record(v)
-		v = v*7 + 13&0xfffff
+		v = (v*7 + 13) & 0xfffff
 	}
 }
 
@@ -113,4 +113,21 @@ func BenchmarkRecorderSnapshot(b *testing.B) {
 	for b.Loop() {
 		_ = r.Snapshot()
 	}
+}
+
+// BenchmarkMutexHistogramRecordParallel is the baseline Recorder's sharding
+// is measured against: one HdrHistogram behind one mutex.
+func BenchmarkMutexHistogramRecordParallel(b *testing.B) {
+	var mu sync.Mutex
+	h := newHistogram()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		v := int64(1)
+		for pb.Next() {
+			mu.Lock()
+			_ = h.RecordValue(v)
+			mu.Unlock()
+			v = (v*7 + 13) & 0xfffff
+		}
+	})
 }

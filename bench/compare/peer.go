@@ -79,17 +79,20 @@ func buildPeers(names []string, cfg peerConfig) ([]peer, error) {
 		}
 	}
 	var out []peer
+	known := map[string]bool{}
 	for _, e := range registry {
+		known[e.name] = true
 		if len(want) == 0 || want[e.name] {
 			out = append(out, e.build(cfg))
-			delete(want, e.name)
 		}
 	}
-	if len(want) > 0 {
-		var missing []string
-		for n := range want {
+	var missing []string
+	for n := range want {
+		if !known[n] {
 			missing = append(missing, n)
 		}
+	}
+	if len(missing) > 0 {
 		sort.Strings(missing)
 		return nil, fmt.Errorf("%w %s (have %s)", errUnknownPeer, strings.Join(missing, ","), strings.Join(peerNames(), ","))
 	}
