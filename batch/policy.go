@@ -62,7 +62,7 @@ type Policy struct {
 
 	waiting      bool  // a Decide saw ready bytes that have not been flushed since
 	waitingSince int64 // when that Decide happened
-	writeDone    bool  // a write completed; the next Decide with data flushes
+	writeDone    bool  // a write completed while data was waiting; the next Decide flushes
 	explicit     bool  // RequestFlush was called; cleared when nothing is waiting
 
 	haveWrite bool
@@ -104,14 +104,16 @@ func New(cfg Config) *Policy {
 //     calls Decide again.
 //   - Otherwise a flush, with the first cause that applies: CauseFull when
 //     readyBytes >= MaxBatchBytes; CauseExplicit after [Policy.RequestFlush];
-//     CauseWriteDone when a write has completed since the last flush;
+//     CauseWriteDone when a write completed while the data was waiting
+//     (seen by an earlier Decide) and nothing was flushed since;
 //     CauseIdle when nothing is in flight; CauseLinger when the linger has
 //     passed since the first Decide that saw the waiting bytes.
 //   - Else no flush, and WakeAt is that linger deadline.
 //
 // Decide does not allocate. A Decide with readyBytes <= 0 also ends a
-// RequestFlush and forgets a completed write, so the connection should call
-// Decide after every WriteDone and after every Flushed.
+// RequestFlush. Data that a Decide has not yet seen when a write completes
+// does not count as waiting for that write: it goes out as idle when nothing
+// is in flight, else it lingers.
 func (p *Policy) Decide(now int64, readyBytes int) Decision {
 	if readyBytes <= 0 {
 		p.waiting = false
@@ -189,8 +191,8 @@ func (p *Policy) Flushed(now int64, bytes int, cause Cause) {
 
 // WriteDone records that the oldest in-flight batch's write completed at time
 // now. Writes complete in the order they were flushed. WriteDone with nothing
-// in flight is ignored. Call Decide afterwards: waiting data is flushed with
-// CauseWriteDone.
+// in flight is ignored. Call Decide afterwards: data that was waiting (that an
+// earlier Decide saw and did not flush) is flushed with CauseWriteDone.
 func (p *Policy) WriteDone(now int64) {
 	if p.inflight == 0 {
 		return
@@ -198,7 +200,7 @@ func (p *Policy) WriteDone(now int64) {
 	start := p.starts[p.head]
 	p.head = (p.head + 1) % len(p.starts)
 	p.inflight--
-	p.writeDone = true
+	p.writeDone = p.waiting
 	p.stats.WriteDones++
 
 	sample := max(now-start, 0)

@@ -156,15 +156,25 @@ func TestDecide(t *testing.T) {
 			want:  Decision{Flush: true, Cause: CauseWriteDone},
 		},
 		{
-			name: "a completed write with nothing waiting is forgotten: later data lingers",
+			name: "a write that completes with nothing waiting does not flush later data: it lingers",
 			prep: func(p *Policy) {
 				flushN(p, 0, 2)
+				p.Decide(1*us, 0)
 				p.WriteDone(5 * us)
-				p.Decide(5*us, 0)
 			},
 			now:   6 * us,
 			ready: 100,
 			want:  Decision{WakeAt: 56 * us},
+		},
+		{
+			name: "data first seen after the last write completed goes out as idle, not write-done",
+			prep: func(p *Policy) {
+				flushN(p, 0, 1)
+				p.WriteDone(5 * us)
+			},
+			now:   1000 * us,
+			ready: 100,
+			want:  Decision{Flush: true, Cause: CauseIdle},
 		},
 		{
 			name: "a completed write triggers one flush; what is left lingers again",
@@ -301,8 +311,8 @@ func TestMoreThanMaxInflightReportedKeepsWriteTimesInOrder(t *testing.T) {
 	if got := p.Inflight(); got != 0 {
 		t.Fatalf("Inflight() = %d after all completed, want 0", got)
 	}
-	if d := p.Decide(11*us, 100); d != (Decision{Flush: true, Cause: CauseWriteDone}) {
-		t.Fatalf("Decide after all writes completed = %+v, want a write-done flush", d)
+	if d := p.Decide(11*us, 100); d != (Decision{Flush: true, Cause: CauseIdle}) {
+		t.Fatalf("Decide after all writes completed = %+v, want an idle flush", d)
 	}
 }
 
