@@ -42,17 +42,26 @@ const Start int64 = math.MinInt64
 type Service[K comparable] struct {
 	mu struct {
 		sync.Mutex
-		heap    []*entry[K] // min-heap on clock
-		byKey   map[K]*entry[K]
+		// heap is a binary min-heap on clock. Clocks sit in the heap array
+		// itself so that sifting touches contiguous memory; each item
+		// names its task's slot, and the slot records the item's position.
+		heap    []item
+		slots   []slot[K]
+		free    []int32 // unused slot numbers
+		byKey   map[K]int32
 		min     int64 // the published global minimum, never decreasing
 		watches map[*watch]struct{}
 	}
 }
 
-type entry[K comparable] struct {
-	key   K
+type item struct {
 	clock int64
-	pos   int // index in heap
+	slot  int32
+}
+
+type slot[K comparable] struct {
+	key K
+	pos int32 // index of the task's item in heap
 }
 
 type watch struct{ ch chan int64 }
@@ -60,7 +69,7 @@ type watch struct{ ch chan int64 }
 // New returns a service with no tasks and a global minimum of [Start].
 func New[K comparable]() *Service[K] {
 	s := &Service[K]{}
-	s.mu.byKey = make(map[K]*entry[K])
+	s.mu.byKey = make(map[K]int32)
 	s.mu.min = Start
 	s.mu.watches = make(map[*watch]struct{})
 	return s
@@ -73,14 +82,23 @@ func New[K comparable]() *Service[K] {
 func (s *Service[K]) Register(task K, clock int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.mu.byKey[task]; ok {
-		s.setLocked(e, clock)
+	if id, ok := s.mu.byKey[task]; ok {
+		s.setLocked(id, clock)
 		return
 	}
-	e := &entry[K]{key: task, clock: clock, pos: len(s.mu.heap)}
-	s.mu.byKey[task] = e
-	s.mu.heap = append(s.mu.heap, e)
-	s.up(e.pos)
+	var id int32
+	if n := len(s.mu.free); n > 0 {
+		id = s.mu.free[n-1]
+		s.mu.free = s.mu.free[:n-1]
+	} else {
+		id = int32(len(s.mu.slots))
+		s.mu.slots = append(s.mu.slots, slot[K]{})
+	}
+	pos := int32(len(s.mu.heap))
+	s.mu.slots[id] = slot[K]{key: task, pos: pos}
+	s.mu.byKey[task] = id
+	s.mu.heap = append(s.mu.heap, item{clock: clock, slot: id})
+	s.up(int(pos))
 	s.publishLocked()
 }
 
@@ -90,11 +108,11 @@ func (s *Service[K]) Register(task K, clock int64) {
 func (s *Service[K]) Report(task K, clock int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.mu.byKey[task]
+	id, ok := s.mu.byKey[task]
 	if !ok {
 		return false
 	}
-	s.setLocked(e, clock)
+	s.setLocked(id, clock)
 	return true
 }
 
@@ -104,19 +122,20 @@ func (s *Service[K]) Report(task K, clock int64) bool {
 func (s *Service[K]) Unregister(task K) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.mu.byKey[task]
+	id, ok := s.mu.byKey[task]
 	if !ok {
 		return
 	}
 	delete(s.mu.byKey, task)
+	i := int(s.mu.slots[id].pos)
+	s.mu.slots[id] = slot[K]{}
+	s.mu.free = append(s.mu.free, id)
 	h := s.mu.heap
 	last := len(h) - 1
-	i := e.pos
 	if i != last {
 		h[i] = h[last]
-		h[i].pos = i
+		s.mu.slots[h[i].slot].pos = int32(i)
 	}
-	h[last] = nil
 	s.mu.heap = h[:last]
 	if i != last {
 		s.fix(i)
@@ -138,11 +157,11 @@ func (s *Service[K]) Min() int64 {
 func (s *Service[K]) Clock(task K) (int64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.mu.byKey[task]
+	id, ok := s.mu.byKey[task]
 	if !ok {
 		return 0, false
 	}
-	return e.clock, true
+	return s.mu.heap[s.mu.slots[id].pos].clock, true
 }
 
 // Len returns the number of registered tasks.
@@ -175,12 +194,13 @@ func (s *Service[K]) Watch() (updates <-chan int64, cancel func()) {
 	}
 }
 
-func (s *Service[K]) setLocked(e *entry[K], clock int64) {
-	if clock == e.clock {
+func (s *Service[K]) setLocked(id int32, clock int64) {
+	i := int(s.mu.slots[id].pos)
+	if s.mu.heap[i].clock == clock {
 		return
 	}
-	e.clock = clock
-	s.fix(e.pos)
+	s.mu.heap[i].clock = clock
+	s.fix(i)
 	s.publishLocked()
 }
 
@@ -214,27 +234,27 @@ func (s *Service[K]) fix(i int) {
 }
 
 func (s *Service[K]) up(i int) {
-	h := s.mu.heap
-	e := h[i]
+	h, slots := s.mu.heap, s.mu.slots
+	it := h[i]
 	for i > 0 {
 		p := (i - 1) / 2
-		if h[p].clock <= e.clock {
+		if h[p].clock <= it.clock {
 			break
 		}
 		h[i] = h[p]
-		h[i].pos = i
+		slots[h[i].slot].pos = int32(i)
 		i = p
 	}
-	h[i] = e
-	e.pos = i
+	h[i] = it
+	slots[it.slot].pos = int32(i)
 }
 
-// down sifts the entry at i toward the leaves and reports whether it moved.
+// down sifts the item at i0 toward the leaves and reports whether it moved.
 func (s *Service[K]) down(i0 int) bool {
-	h := s.mu.heap
+	h, slots := s.mu.heap, s.mu.slots
 	n := len(h)
 	i := i0
-	e := h[i]
+	it := h[i]
 	for {
 		c := 2*i + 1
 		if c >= n {
@@ -243,14 +263,14 @@ func (s *Service[K]) down(i0 int) bool {
 		if r := c + 1; r < n && h[r].clock < h[c].clock {
 			c = r
 		}
-		if h[c].clock >= e.clock {
+		if h[c].clock >= it.clock {
 			break
 		}
 		h[i] = h[c]
-		h[i].pos = i
+		slots[h[i].slot].pos = int32(i)
 		i = c
 	}
-	h[i] = e
-	e.pos = i
+	h[i] = it
+	slots[it.slot].pos = int32(i)
 	return i > i0
 }
