@@ -14,6 +14,8 @@ type Channel struct {
 	Epoch  uint64
 }
 
+// String formats the channel as "source->target@epoch", for example
+// "1.0->2.3@4", for logs.
 func (c Channel) String() string {
 	return fmt.Sprintf("%v->%v@%d", c.Source, c.Target, c.Epoch)
 }
@@ -27,6 +29,10 @@ var (
 	ErrChannelInUse = errors.New("taskid: channel number is already open")
 	// ErrTooManyChannels means the table is at its configured limit.
 	ErrTooManyChannels = errors.New("taskid: too many channels open on this connection")
+	// ErrChannelNumber means an OPEN named a channel number so far beyond
+	// the open count that binding it would take unreasonable memory; a
+	// well-behaved peer reuses small numbers.
+	ErrChannelNumber = errors.New("taskid: channel number is far beyond the open channels")
 )
 
 // Table maps the channel numbers of one connection to channels, in one
@@ -68,12 +74,16 @@ func (t *Table) Assign(ch Channel) (num uint32, isNew bool, err error) {
 	if t.max > 0 && t.open >= t.max {
 		return 0, false, fmt.Errorf("%w (limit %d)", ErrTooManyChannels, t.max)
 	}
-	if k := len(t.free); k > 0 {
-		// Reuse the smallest freed number: free is kept as a min-heap would
-		// be overkill; numbers are reused LIFO, which keeps them small too.
+	// Reuse freed numbers LIFO, which keeps them small without a heap.
+	// A freed number may have been taken by Bind since (if a table is used
+	// in both directions), so skip numbers that are in use again.
+	found := false
+	for k := len(t.free); k > 0 && !found; k = len(t.free) {
 		num = t.free[k-1]
 		t.free = t.free[:k-1]
-	} else {
+		found = !t.entries[num].used
+	}
+	if !found {
 		num = uint32(len(t.entries))
 		t.entries = append(t.entries, entry{})
 	}
@@ -93,12 +103,17 @@ func (t *Table) Bind(num uint32, ch Channel) error {
 	// allocate 4 billion entries.
 	if int(num) >= len(t.entries) {
 		if int(num) > 2*t.open+1024 {
-			return fmt.Errorf("taskid: channel number %d is far beyond the %d open channels", num, t.open)
+			return fmt.Errorf("%w: %d with %d open", ErrChannelNumber, num, t.open)
 		}
 		t.entries = append(t.entries, make([]entry, int(num)+1-len(t.entries))...)
 	}
 	if t.entries[num].used {
 		return fmt.Errorf("%w: %d is %v", ErrChannelInUse, num, t.entries[num].ch)
+	}
+	// The same channel under two numbers would leave byChan pointing at only
+	// one of them, and removing either would orphan the other.
+	if other, ok := t.byChan[ch]; ok {
+		return fmt.Errorf("%w: %v is already open under %d", ErrChannelInUse, ch, other)
 	}
 	t.entries[num] = entry{ch: ch, used: true}
 	t.byChan[ch] = num
@@ -127,7 +142,13 @@ func (t *Table) Remove(num uint32) error {
 	}
 	delete(t.byChan, t.entries[num].ch)
 	t.entries[num] = entry{}
-	t.free = append(t.free, num)
+	// A receiving table (Bind only) never pops free, so bound it: a peer
+	// that opens and closes forever must not grow it. Each number is in
+	// free at most once when only Assign is used, so the bound never drops
+	// a number there.
+	if len(t.free) < len(t.entries) {
+		t.free = append(t.free, num)
+	}
 	t.open--
 	return nil
 }
