@@ -543,15 +543,18 @@ func BenchmarkDecide(b *testing.B) {
 		}
 	})
 	b.Run("cycle", func(b *testing.B) {
-		// Decide, Flushed and WriteDone as a connection calls them.
+		// One full batch per iteration: Decide, Flushed and a WriteDone, as a
+		// connection under load calls them, including the linger adaptation.
 		p := New(DefaultConfig())
 		var now int64
 		b.ReportAllocs()
 		for b.Loop() {
 			now += 100
-			if d := p.Decide(now, 1000); d.Flush {
-				p.Flushed(now, 1000, d.Cause)
+			d := p.Decide(now, 64<<10)
+			if !d.Flush {
+				b.Fatalf("no flush at %d: %+v", now, d)
 			}
+			p.Flushed(now, 64<<10, d.Cause)
 			if p.Inflight() >= 2 {
 				p.WriteDone(now)
 			}
