@@ -1,0 +1,80 @@
+// Command loadgen measures Sluice: it runs a scenario and reports
+// throughput, latency percentiles and whether every message arrived exactly
+// once.
+//
+//	loadgen                      run the default scenario for about 10 s
+//	loadgen run [flags]          run a scenario in this process
+//	loadgen serve [flags]        receive from loadgen send, until interrupted
+//	loadgen send [flags]         send to a loadgen serve and wait until it confirms everything
+//
+// Each command's -h lists its flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `loadgen measures Sluice.
+
+Usage:
+  loadgen                 run the default scenario for about 10 seconds
+  loadgen run   [flags]   run a scenario in this process (--scenario transport)
+  loadgen serve [flags]   receive from 'loadgen send' until interrupted
+  loadgen send  [flags]   send to a 'loadgen serve' and wait until it confirms everything
+
+Run 'loadgen <command> -h' for the flags of a command.
+Reports go to --out (default results/local/): report.json, report.md, latency.hgrm, SVG charts.
+With --json the last line on stdout is the report as one JSON object.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+// errFailed means the run completed but its check failed (messages lost or
+// repeated); the report says which.
+var errFailed = errors.New("the run's delivery check failed")
+
+func exitCode(err error) int {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errFailed):
+		return 1
+	}
+	return 2
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "loadgen: no command given; running the default scenario (see loadgen -h for the others)")
+		return runCmd(ctx, nil, stdout, stderr)
+	}
+	switch args[0] {
+	case "run":
+		return runCmd(ctx, args[1:], stdout, stderr)
+	case "serve":
+		return serveCmd(ctx, args[1:], stdout, stderr)
+	case "send":
+		return sendCmd(ctx, args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/sluicehq/sluice/bench"
+)
+
+// outputFlags are the flags every command that writes a report shares.
+type outputFlags struct {
+	json bool
+	out  string
+}
+
+func (o *outputFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&o.json, "json", false, "print the report as one JSON object on the last line of stdout")
+	fs.StringVar(&o.out, "out", filepath.Join("results", "local"), "directory for report.json, report.md, latency.hgrm and the SVG charts")
+}
+
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: loadgen %s [flags]\n\n%s\n\nFlags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("run", "Runs a scenario in this process and reports what it measured.\n"+
+		"Scenarios: transport (two nodes over loopback sockets).", stderr)
+	scenario := fs.String("scenario", "transport", "scenario to run: transport")
+	var out outputFlags
+	out.register(fs)
+	var tc transportConfig
+	tc.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
+	}
+	var (
+		report *bench.Report
+		rec    *bench.Recorder
+		err    error
+	)
+	switch *scenario {
+	case "transport":
+		if err := tc.validate(); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "loadgen: transport scenario: %d-byte messages, %s, rate %s, %d channel(s), %d connection(s)%s\n",
+			tc.size, tc.duration, rateString(tc.rate), tc.channels, tc.connections, faultString(tc.faults))
+		report, rec, err = runTransport(ctx, tc, stdout, stderr)
+	default:
+		return fmt.Errorf("run: unknown scenario %q (want transport)", *scenario)
+	}
+	if err != nil {
+		return err
+	}
+	return finishReport(report, rec, out, stdout, stderr)
+}
+
+func rateString(r float64) string {
+	if r == 0 {
+		return "as fast as possible"
+	}
+	return fmt.Sprintf("%.0f msgs/s", r)
+}
+
+func faultString(f string) string {
+	if f == "" {
+		return ""
+	}
+	return ", faults " + f
+}
+
+// finishReport writes the report files, prints the summary, and the JSON
+// line when asked. It returns errFailed when exactly-once did not hold.
+func finishReport(r *bench.Report, rec *bench.Recorder, out outputFlags, stdout, stderr io.Writer) error {
+	if out.out != "" {
+		if err := os.MkdirAll(out.out, 0o755); err != nil {
+			return err
+		}
+		if err := bench.WriteDir(out.out, r, rec); err != nil {
+			return fmt.Errorf("writing the report: %w", err)
+		}
+	}
+	fmt.Fprintln(stdout)
+	if err := bench.WriteMarkdown(stdout, r); err != nil {
+		return err
+	}
+	if out.out != "" {
+		fmt.Fprintf(stdout, "\nReport files: %s\n", out.out)
+	}
+	if out.json {
+		if err := bench.WriteJSON(stdout, r); err != nil {
+			return err
+		}
+	}
+	if r.ExactlyOnce != nil && !*r.ExactlyOnce {
+		return fmt.Errorf("%w: %s", errFailed, r.ExactlyOnceStatement())
+	}
+	return nil
+}

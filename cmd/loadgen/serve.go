@@ -1,0 +1,345 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// The tasks of serve and send: data flows from (0, i) to (1, i); at the end
+// send asks serve for its findings on the control channel, and serve
+// answers on the reply channel.
+var (
+	controlSource = taskid.ID{Processor: 0, Index: 1<<32 - 1}
+	controlTarget = taskid.ID{Processor: 1, Index: 1<<32 - 1}
+	replySource   = taskid.ID{Processor: 1, Index: 1<<32 - 2}
+	replyTarget   = taskid.ID{Processor: 0, Index: 1<<32 - 2}
+)
+
+// reportRequest is what send sends on the control channel when it is done.
+type reportRequest struct {
+	Epoch   uint64 `json:"epoch"`
+	ReplyTo string `json:"reply_to"`
+}
+
+// findings is serve's answer: what it received from one send run.
+type findings struct {
+	Delivered  int64                  `json:"delivered"`
+	Duplicates int64                  `json:"duplicates"`
+	Gaps       int64                  `json:"gaps"`
+	Bytes      int64                  `json:"bytes"`
+	Latency    *hdrhistogram.Snapshot `json:"latency"`
+}
+
+// session is what serve learned from one send run, told apart by epoch.
+type session struct {
+	rec                           *bench.Recorder
+	delivered, dups, gaps, nbytes atomic.Int64
+	mu                            sync.Mutex
+	next                          map[taskid.ID]uint64
+}
+
+type server struct {
+	node      *transport.Node
+	delivered atomic.Int64
+	rec       *bench.Recorder
+	lim       *limiter
+	stderr    io.Writer
+
+	mu       sync.Mutex
+	sessions map[uint64]*session
+}
+
+func (s *server) session(epoch uint64) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss, ok := s.sessions[epoch]
+	if !ok {
+		ss = &session{rec: bench.NewRecorder(), next: map[taskid.ID]uint64{}}
+		s.sessions[epoch] = ss
+	}
+	return ss
+}
+
+func (s *server) handler(target taskid.ID) transport.Handler {
+	if target == controlTarget {
+		return s.onControl
+	}
+	return func(ch taskid.Channel, _ uint64, msgs []wire.Message) {
+		s.lim.wait(len(msgs))
+		ss := s.session(ch.Epoch)
+		now := bench.Now()
+		ss.mu.Lock()
+		next := ss.next[ch.Source]
+		var dups, gaps, n, bytes int64
+		for _, m := range msgs {
+			if len(m.Payload) < headerLen {
+				continue
+			}
+			seq := binary.LittleEndian.Uint64(m.Payload[8:])
+			switch {
+			case seq < next:
+				dups++
+				continue
+			case seq > next:
+				gaps += int64(seq - next)
+			}
+			next = seq + 1
+			n++
+			bytes += int64(len(m.Payload))
+			lat := now - int64(binary.LittleEndian.Uint64(m.Payload))
+			ss.rec.Record(lat)
+			s.rec.Record(lat)
+		}
+		ss.next[ch.Source] = next
+		ss.mu.Unlock()
+		ss.delivered.Add(n)
+		ss.dups.Add(dups)
+		ss.gaps.Add(gaps)
+		ss.nbytes.Add(bytes)
+		s.delivered.Add(n)
+	}
+}
+
+// onControl answers a send run's request for its findings.
+func (s *server) onControl(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+	for _, m := range msgs {
+		var req reportRequest
+		if err := json.Unmarshal(m.Payload, &req); err != nil {
+			fmt.Fprintf(s.stderr, "loadgen serve: a malformed report request: %v\n", err)
+			continue
+		}
+		ss := s.session(req.Epoch)
+		f := findings{
+			Delivered: ss.delivered.Load(), Duplicates: ss.dups.Load(), Gaps: ss.gaps.Load(),
+			Bytes: ss.nbytes.Load(), Latency: ss.rec.Snapshot().Export(),
+		}
+		fmt.Fprintf(s.stderr, "loadgen serve: run %x done: %d delivered, %d duplicates, %d missing; p99 %.1f µs\n",
+			req.Epoch, f.Delivered, f.Duplicates, f.Gaps, ss.rec.Latency().P99)
+		go s.reply(req, f)
+	}
+}
+
+func (s *server) reply(req reportRequest, f findings) {
+	b, err := json.Marshal(f)
+	if err == nil {
+		err = s.sendReply(req, b)
+	}
+	if err != nil {
+		fmt.Fprintf(s.stderr, "loadgen serve: answering %s: %v\n", req.ReplyTo, err)
+	}
+}
+
+func (s *server) sendReply(req reportRequest, b []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := s.node.Peer(req.ReplyTo)
+	if err != nil {
+		return err
+	}
+	snd, err := p.OpenSenderEpoch(ctx, replySource, replyTarget, req.Epoch)
+	if err != nil {
+		return err
+	}
+	defer snd.Close()
+	if err := snd.Send(ctx, 0, b); err != nil {
+		return err
+	}
+	return snd.Flush(ctx)
+}
+
+func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("serve", "Receives from 'loadgen send' until interrupted, checking that every message\n"+
+		"arrives exactly once and in order, and tells each sender what it found.", stderr)
+	listen := fs.String("listen", "127.0.0.1:7400", "address to listen on")
+	consume := fs.Float64("consume-rate", 0, "messages per second consumed at most; 0: no limit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	s := &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: stderr}
+	if *consume > 0 {
+		s.lim = &limiter{rate: *consume}
+	}
+	node, err := transport.NewNode(transport.WithListen(*listen))
+	if err != nil {
+		return err
+	}
+	s.node = node
+	node.HandleAll(s.handler)
+	fmt.Fprintf(stderr, "loadgen serve: listening on %s\n", node.Addr())
+	prog := bench.NewProgress(stderr, &s.delivered, s.rec)
+	prog.Start()
+	<-ctx.Done()
+	prog.Stop()
+	node.Abort()
+	fmt.Fprintf(stdout, "loadgen serve: %d messages delivered in %d run(s)\n", s.delivered.Load(), len(s.sessions))
+	return nil
+}
+
+func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("send", "Sends to a 'loadgen serve' and waits until it has consumed and acknowledged\n"+
+		"every message; the report carries the one-way latency serve measured.", stderr)
+	to := fs.String("to", "127.0.0.1:7400", "address of the loadgen serve")
+	messages := fs.Int64("messages", 1_000_000, "messages to send")
+	replyListen := fs.String("reply-listen", "", "address for serve's answer (default: this host's address towards --to, any port)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up when serve has not confirmed everything this long after the last send")
+	var out outputFlags
+	out.register(fs)
+	var tc transportConfig
+	tc.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *messages < 1 {
+		return fmt.Errorf("--messages must be >= 1, got %d", *messages)
+	}
+	tc.duration = time.Hour // bounded by --messages
+	if err := tc.validate(); err != nil {
+		return err
+	}
+	if tc.faults != "" {
+		return errors.New("send: --faults is for 'loadgen run'; inject faults into a local run instead")
+	}
+	reply := *replyListen
+	if reply == "" {
+		host, err := localAddrToward(*to)
+		if err != nil {
+			return err
+		}
+		reply = net.JoinHostPort(host, "0")
+	}
+	node, err := transport.NewNode(transport.WithListen(reply), transport.WithConnectionsPerPeer(tc.connections))
+	if err != nil {
+		return err
+	}
+	defer node.Abort()
+	answer := make(chan findings, 1)
+	if err := node.Handle(replyTarget, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+		for _, m := range msgs {
+			var f findings
+			if json.Unmarshal(m.Payload, &f) == nil {
+				select {
+				case answer <- f:
+				default:
+				}
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	peer, err := node.Peer(*to)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = peer.WaitConnected(wctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("send: is 'loadgen serve' running at %s? %w", *to, err)
+	}
+	senders := make([]*transport.Sender, tc.channels)
+	for i := range senders {
+		if senders[i], err = peer.OpenSender(ctx, taskid.ID{Processor: 0, Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)}); err != nil {
+			return err
+		}
+	}
+	cfg := tc.asMap()
+	delete(cfg, "duration")
+	cfg["messages"], cfg["to"] = *messages, *to
+	report := bench.NewReport("send", cfg)
+	var confirmed atomic.Int64
+	prog := bench.NewProgress(stderr, &confirmed, nil)
+	start := time.Now()
+	prog.Start()
+	src := newPayloadSource(tc.size, len(senders))
+	target := func(ctx context.Context, i, intended int64) error {
+		ch := int(i % int64(len(senders)))
+		if err := senders[ch].Send(ctx, intended, src.next(ch, intended)); err != nil {
+			return err
+		}
+		src.seqs[ch]++
+		confirmed.Store(i + 1)
+		return nil
+	}
+	var res bench.Result
+	if tc.rate > 0 {
+		res, err = bench.FixedRate{Rate: tc.rate, Count: *messages}.Run(ctx, target)
+	} else {
+		res, err = bench.MaxRate{Count: *messages}.Run(ctx, target)
+	}
+	if err != nil {
+		prog.Stop()
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	for _, s := range senders {
+		if err := s.Flush(dctx); err != nil {
+			prog.Stop()
+			return fmt.Errorf("send: serve did not confirm everything within %v: %w", *timeout, err)
+		}
+	}
+	elapsed := time.Since(start)
+	prog.Stop()
+	ctl, err := peer.OpenSender(ctx, controlSource, controlTarget)
+	if err != nil {
+		return err
+	}
+	req, _ := json.Marshal(reportRequest{Epoch: node.Epoch(), ReplyTo: node.Addr()})
+	if err := ctl.Send(dctx, 0, req); err != nil {
+		return err
+	}
+	var f findings
+	select {
+	case f = <-answer:
+	case <-dctx.Done():
+		return fmt.Errorf("send: serve confirmed every message but did not report its findings: %w", dctx.Err())
+	}
+	rec := bench.NewRecorder()
+	if f.Latency != nil {
+		rec.MergeHistogram(hdrhistogram.Import(f.Latency))
+	}
+	st := node.Stats(true)
+	report.DurationS = elapsed.Seconds()
+	report.MessagesSent = res.Sent
+	report.MessagesDelivered = f.Delivered
+	report.Duplicates = f.Duplicates
+	report.Lost = max(res.Sent-f.Delivered, f.Gaps)
+	report.WireBytes = int64(st.Totals().WireOut)
+	for _, c := range st.Channels {
+		report.Resent += int64(c.Resent)
+	}
+	report.Finish(rec)
+	report.ThroughputBytesPerS = float64(f.Bytes) / elapsed.Seconds()
+	ok := report.Duplicates == 0 && report.Lost == 0 && report.MessagesDelivered == res.Sent
+	report.ExactlyOnce = &ok
+	report.Notes = append(report.Notes, "latency is one-way, measured by serve against the send times in the payloads; across hosts it is only as good as their clock synchronisation",
+		"wire_bytes counts what send wrote; serve's acknowledgements are not included")
+	return finishReport(report, rec, out, stdout, stderr)
+}
+
+// localAddrToward returns this host's address on the route to addr.
+func localAddrToward(addr string) (string, error) {
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		return "", fmt.Errorf("send: finding this host's address toward %s: %w", addr, err)
+	}
+	defer c.Close()
+	host, _, err := net.SplitHostPort(c.LocalAddr().String())
+	return host, err
+}
+

@@ -1,0 +1,378 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// headerLen is the part of every loadgen payload that carries its intended
+// send time and its per-channel sequence number; the rest is filler.
+const headerLen = 16
+
+// transportConfig is the transport scenario's configuration.
+type transportConfig struct {
+	size        int
+	duration    time.Duration
+	rate        float64
+	channels    int
+	connections int
+	faults      string
+	seed        uint64
+	consumeRate float64
+}
+
+func (c *transportConfig) register(fs *flag.FlagSet) {
+	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to send")
+	fs.Float64Var(&c.rate, "rate", 0, "messages per second over all channels; 0 sends as fast as the transport allows")
+	fs.IntVar(&c.channels, "channels", 1, "channels (source task -> target task) to spread the load over")
+	fs.IntVar(&c.connections, "connections", 1, "TCP connections between the two nodes")
+	fs.StringVar(&c.faults, "faults", "", "faults to inject, e.g. drop=0.05,ctrldrop=0.05,dup=0.01,reset=2s")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the fault generator")
+	fs.Float64Var(&c.consumeRate, "consume-rate", 0, "messages per second the receiving tasks consume at most, over all channels; 0: no limit")
+}
+
+func (c *transportConfig) validate() error {
+	switch {
+	case c.size < headerLen:
+		return fmt.Errorf("--size %d is below %d, the bytes loadgen needs for the send time and sequence number", c.size, headerLen)
+	case c.duration <= 0:
+		return fmt.Errorf("--duration must be positive, got %v", c.duration)
+	case c.rate < 0:
+		return fmt.Errorf("--rate must not be negative, got %v", c.rate)
+	case c.channels < 1:
+		return fmt.Errorf("--channels must be >= 1, got %d", c.channels)
+	case c.connections < 1:
+		return fmt.Errorf("--connections must be >= 1, got %d", c.connections)
+	case c.consumeRate < 0:
+		return fmt.Errorf("--consume-rate must not be negative, got %v", c.consumeRate)
+	}
+	return nil
+}
+
+func (c *transportConfig) asMap() map[string]any {
+	return map[string]any{
+		"size": c.size, "duration": c.duration.String(), "rate": c.rate, "channels": c.channels,
+		"connections": c.connections, "faults": c.faults, "seed": c.seed, "consume_rate": c.consumeRate,
+	}
+}
+
+// checker verifies, per channel, that loadgen's own sequence numbers arrive
+// exactly once and in order. Each channel's target is handled by one
+// goroutine, so its counters need no lock.
+type checker struct {
+	chans      []chanCheck
+	delivered  atomic.Int64
+	duplicates atomic.Int64
+	gaps       atomic.Int64
+	bytes      atomic.Int64
+}
+
+type chanCheck struct {
+	next uint64
+	_    [56]byte // keep channels on their own cache lines
+}
+
+func (k *checker) observe(ch int, msgs []wire.Message, now int64, rec *bench.Recorder) {
+	c := &k.chans[ch]
+	var dups, gaps, bytes int64
+	for _, m := range msgs {
+		p := m.Payload
+		if len(p) < headerLen {
+			gaps++
+			continue
+		}
+		seq := binary.LittleEndian.Uint64(p[8:])
+		switch {
+		case seq == c.next:
+			c.next++
+		case seq < c.next:
+			dups++
+			continue
+		default:
+			gaps += int64(seq - c.next)
+			c.next = seq + 1
+		}
+		rec.Record(now - int64(binary.LittleEndian.Uint64(p)))
+		bytes += int64(len(p))
+	}
+	k.delivered.Add(int64(len(msgs)) - dups)
+	k.bytes.Add(bytes)
+	if dups > 0 {
+		k.duplicates.Add(dups)
+	}
+	if gaps > 0 {
+		k.gaps.Add(gaps)
+	}
+}
+
+// limiter paces consumption to a rate, shared by every receiving task.
+type limiter struct {
+	rate float64
+	mu   sync.Mutex
+	next int64
+}
+
+func (l *limiter) wait(n int) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	now := bench.Now()
+	t := max(l.next, now)
+	l.next = t + int64(float64(n)/l.rate*1e9)
+	l.mu.Unlock()
+	if d := time.Duration(t - now); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// runTransport runs two nodes in this process over loopback and sends
+// through them.
+func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
+	faults, rest, err := transport.ParseFaults(cfg.faults, cfg.seed)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(rest) > 0 {
+		return nil, nil, fmt.Errorf("faults %s are not transport faults; the transport scenario takes drop, ctrldrop, dup and reset", strings.Join(rest, ","))
+	}
+	rxFaults := faults
+	rxFaults.Seed = cfg.seed + 0x9e3779b97f4a7c15
+	rxFaults.Reset = 0 // one side resets, or every reset would count twice
+	rx, err := transport.NewNode(transport.WithListen("127.0.0.1:0"), transport.WithFaults(rxFaults))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rx.Abort()
+	tx, err := transport.NewNode(transport.WithConnectionsPerPeer(cfg.connections), transport.WithFaults(faults))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Abort()
+
+	rec := bench.NewRecorder()
+	chk := &checker{chans: make([]chanCheck, cfg.channels)}
+	var lim *limiter
+	if cfg.consumeRate > 0 {
+		lim = &limiter{rate: cfg.consumeRate}
+	}
+	rx.HandleAll(func(target taskid.ID) transport.Handler {
+		idx := int(target.Index)
+		if target.Processor != 1 || idx >= cfg.channels {
+			return func(taskid.Channel, uint64, []wire.Message) {}
+		}
+		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+			lim.wait(len(msgs))
+			chk.observe(idx, msgs, bench.Now(), rec)
+		}
+	})
+
+	peer, err := tx.Peer(rx.Addr())
+	if err != nil {
+		return nil, nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = peer.WaitConnected(wctx)
+	cancel()
+	if err != nil {
+		return nil, nil, err
+	}
+	senders := make([]*transport.Sender, cfg.channels)
+	for i := range senders {
+		if senders[i], err = peer.OpenSender(ctx, taskid.ID{Processor: 0, Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)}); err != nil {
+			return nil, nil, err
+		}
+	}
+
+	report := bench.NewReport("transport", cfg.asMap())
+	prog := bench.NewProgress(stderr, &chk.delivered, rec)
+	start := time.Now()
+	prog.Start()
+	var sent int64
+	var sendErr error
+	if cfg.rate > 0 {
+		sent, sendErr = sendFixedRate(ctx, cfg, senders)
+	} else {
+		sent, sendErr = sendMaxRate(ctx, cfg, senders)
+	}
+	if sendErr != nil && !errors.Is(sendErr, context.Canceled) {
+		prog.Stop()
+		return nil, nil, sendErr
+	}
+	// Wait until the receiver has consumed and acknowledged everything.
+	drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout(cfg))
+	var drainErr error
+	for _, s := range senders {
+		if err := s.Flush(drainCtx); err != nil {
+			drainErr = err
+			break
+		}
+	}
+	cancel()
+	elapsed := time.Since(start)
+	prog.Stop()
+
+	txs, rxs := tx.Stats(true), rx.Stats(false)
+	report.DurationS = elapsed.Seconds()
+	report.MessagesSent = sent
+	report.MessagesDelivered = chk.delivered.Load()
+	report.Duplicates = chk.duplicates.Load()
+	report.Lost = max(sent-report.MessagesDelivered, chk.gaps.Load())
+	report.WireBytes = int64(txs.Totals().WireOut + rxs.Totals().WireOut)
+	for _, c := range txs.Channels {
+		report.Resent += int64(c.Resent)
+	}
+	report.Faults = faultMap(txs.Faults, rxs.Faults)
+	report.Timeline = prog.Samples()
+	report.Events = prog.Events()
+	report.Finish(rec)
+	report.ThroughputBytesPerS = float64(chk.bytes.Load()) / elapsed.Seconds()
+	ok := report.Duplicates == 0 && report.Lost == 0 && report.MessagesDelivered == sent
+	report.ExactlyOnce = &ok
+	if drainErr != nil {
+		report.Notes = append(report.Notes, fmt.Sprintf("not every message was acknowledged within %v: %v", drainTimeout(cfg), drainErr))
+	}
+	if rec.Clamped() > 0 {
+		report.Notes = append(report.Notes, fmt.Sprintf("%d latencies were beyond the histogram's range and clamped", rec.Clamped()))
+	}
+	return report, rec, nil
+}
+
+func drainTimeout(cfg transportConfig) time.Duration {
+	d := 30 * time.Second
+	if cfg.consumeRate > 0 {
+		d += 2 * time.Minute
+	}
+	return d
+}
+
+func faultMap(stats ...transport.FaultStats) map[string]int64 {
+	m := map[string]int64{}
+	for _, s := range stats {
+		m["drop"] += int64(s.DataDropped)
+		m["ctrldrop"] += int64(s.CtrlDropped)
+		m["dup"] += int64(s.Duplicated)
+		m["reset"] += int64(s.Resets)
+	}
+	for k, v := range m {
+		if v == 0 {
+			delete(m, k)
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// payloadSource builds payloads: the intended send time, the channel's next
+// sequence number, then filler.
+type payloadSource struct {
+	buf  []byte
+	seqs []uint64
+}
+
+func newPayloadSource(size, channels int) *payloadSource {
+	b := make([]byte, size)
+	for i := headerLen; i < size; i++ {
+		b[i] = byte('a' + i%26)
+	}
+	return &payloadSource{buf: b, seqs: make([]uint64, channels)}
+}
+
+func (p *payloadSource) next(ch int, intended int64) []byte {
+	binary.LittleEndian.PutUint64(p.buf, uint64(intended))
+	binary.LittleEndian.PutUint64(p.buf[8:], p.seqs[ch])
+	return p.buf
+}
+
+// sendFixedRate sends message i at its intended time start+i/rate, on
+// channel i mod channels, measuring latency from that time.
+func sendFixedRate(ctx context.Context, cfg transportConfig, senders []*transport.Sender) (int64, error) {
+	src := newPayloadSource(cfg.size, len(senders))
+	d := bench.FixedRate{Rate: cfg.rate, Duration: cfg.duration}
+	res, err := d.Run(ctx, func(ctx context.Context, i, intended int64) error {
+		ch := int(i % int64(len(senders)))
+		if err := senders[ch].Send(ctx, intended, src.next(ch, intended)); err != nil {
+			return err
+		}
+		src.seqs[ch]++
+		return nil
+	})
+	return res.Sent, err
+}
+
+// sendMaxRate sends as fast as the transport takes messages. Producers
+// visit their channels in turn and skip those without credit, so one slow
+// channel does not hold back the others; when no channel has credit they
+// block on one.
+func sendMaxRate(ctx context.Context, cfg transportConfig, senders []*transport.Sender) (int64, error) {
+	producers := min(len(senders), 2)
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, producers)
+	deadline := time.Now().Add(cfg.duration)
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []int
+			for i := p; i < len(senders); i += producers {
+				mine = append(mine, i)
+			}
+			src := newPayloadSource(cfg.size, len(senders))
+			var n int64
+			defer func() { total.Add(n) }()
+			misses := 0
+			for k := 0; ; k++ {
+				if k&1023 == 0 && (time.Now().After(deadline) || ctx.Err() != nil) {
+					return
+				}
+				ch := mine[k%len(mine)]
+				now := bench.Now()
+				err := senders[ch].TrySend(now, src.next(ch, now))
+				if err == nil {
+					src.seqs[ch]++
+					n++
+					misses = 0
+					continue
+				}
+				if !errors.Is(err, transport.ErrNoCredit) {
+					errs[p] = err
+					return
+				}
+				if misses++; misses < len(mine) {
+					continue
+				}
+				misses = 0
+				wctx, cancel := context.WithDeadline(ctx, deadline)
+				now = bench.Now()
+				err = senders[ch].Send(wctx, now, src.next(ch, now))
+				cancel()
+				if err == nil {
+					src.seqs[ch]++
+					n++
+				} else if wctx.Err() == nil {
+					errs[p] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return total.Load(), errors.Join(errs...)
+}

@@ -1,0 +1,600 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/sluicehq/sluice/batch"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
+)
+
+const (
+	stHandshake int32 = iota
+	stOpen
+	stClosed
+)
+
+// conn is one TCP connection. A dialed conn (peer != nil) carries the data of
+// its peer's channels out and their acks in; an accepted conn carries data in
+// and acks out.
+//
+// Fields under "loop" are touched only on the connection's event loop. The mu
+// fields are shared with senders, inbox goroutines and the node's timer.
+// Lock order: Peer.mu, then channel.mu, then conn.mu.
+type conn struct {
+	node   *Node
+	peer   *Peer // nil for an accepted connection
+	slot   int   // the peer's connection slot
+	stream uint64
+	gc     gnet.Conn
+	remote string
+
+	state    atomic.Int32
+	openedAt int64
+	lastRecv atomic.Int64
+	remoteID atomic.Uint64
+	compress bool // both sides offered compression; set at handshake
+
+	flushTask gnet.RunnableFunc
+
+	// loop
+	in struct {
+		rd    wire.DataReader
+		msgs  []wire.Message
+		table *taskid.Table
+		byNum []*inChan
+		dbuf  []byte // decompressed DATA body
+	}
+	out struct {
+		policy *batch.Policy
+		comp   *batch.Compressor
+		ctrl   []byte // control frames queued before this batch
+		opens  []byte
+		data   []byte
+		cdata  []byte // compressed DATA frame
+		reqs   []byte
+		iov    [][]byte
+		inj    *injector
+	}
+
+	// inbound payload bytes not yet consumed by their target tasks
+	inbound atomic.Int64
+	// payload bytes of ready channels, an estimate for the batch policy
+	pending atomic.Int64
+
+	mu struct {
+		sync.Mutex
+		ready     []*channel // channels with something to send, FIFO
+		readyHead int
+		ctrl      []byte // control frames to send with the next batch
+		scheduled bool
+		closed    bool
+		outTable  *taskid.Table
+		outByNum  []*channel
+		inj       *injector // control-frame faults, used under mu
+	}
+
+	done     chan struct{} // closed when the connection is gone
+	closeErr error         // why; valid after done is closed
+	goaway   *GoAwayError  // loop: the peer's GOAWAY, if any
+
+	stats connCounters
+}
+
+// inChan is an inbound channel open on an accepted connection.
+type inChan struct {
+	key   taskid.Channel
+	rs    *recvState
+	stale bool // opened with an epoch older than the receiver's: all its frames are dropped
+}
+
+type connCounters struct {
+	msgsOut, bytesOut, wireOut, batches atomic.Uint64
+	msgsIn, bytesIn, wireIn             atomic.Uint64
+	flushes                             [batch.NumCauses]atomic.Uint64
+	stale, dupIn, gapIn                 atomic.Uint64
+}
+
+func newConn(n *Node, p *Peer, slot int) *conn {
+	c := &conn{node: n, peer: p, slot: slot, done: make(chan struct{})}
+	c.stream = n.connSeq.Add(1)
+	c.flushTask = func(context.Context) error { c.flush(); return nil }
+	c.in.table = taskid.NewTable(n.o.maxChannels)
+	c.out.policy = batch.New(n.o.batch)
+	if n.o.batch.CompressThreshold > 0 {
+		c.out.comp = batch.NewCompressor(n.o.batch.CompressThreshold)
+	}
+	c.out.inj = newInjector(n.o.faults, c.stream<<1, &n.faultN)
+	c.mu.inj = newInjector(n.o.faults, c.stream<<1|1, &n.faultN)
+	c.mu.outTable = taskid.NewTable(0)
+	c.openedAt = n.now()
+	c.lastRecv.Store(c.openedAt)
+	return c
+}
+
+func (c *conn) preface() []byte {
+	p := wire.Preface{Version: wire.Version, NodeID: c.node.id}
+	if c.node.o.compress {
+		p.Flags |= wire.FlagCompression
+	}
+	return wire.AppendPreface(nil, p)
+}
+
+// onTraffic decodes everything buffered. It runs on the loop.
+func (c *conn) onTraffic() gnet.Action {
+	if c.state.Load() == stClosed {
+		return gnet.Close
+	}
+	b, _ := c.gc.Peek(-1)
+	if len(b) == 0 {
+		return gnet.None
+	}
+	c.lastRecv.Store(c.node.now())
+	off := 0
+	if c.state.Load() == stHandshake {
+		p, n, err := wire.DecodePreface(b)
+		if errors.Is(err, wire.ErrNeedMore) {
+			return gnet.None
+		}
+		if err != nil {
+			code := wire.GoAwayProtocolError
+			if errors.Is(err, wire.ErrVersion) {
+				code = wire.GoAwayVersionMismatch
+			}
+			return c.fail(err, code)
+		}
+		off = n
+		c.remoteID.Store(p.NodeID)
+		c.compress = c.node.o.compress && p.Flags&wire.FlagCompression != 0
+		c.state.Store(stOpen)
+		if c.peer != nil {
+			c.peer.attach(c)
+		}
+	}
+	stats := &c.stats
+	for off < len(b) {
+		f, n, err := wire.DecodeFrame(b[off:], c.node.o.maxFrame)
+		if errors.Is(err, wire.ErrNeedMore) {
+			break
+		}
+		if err != nil {
+			return c.fail(err, wire.GoAwayProtocolError)
+		}
+		stats.wireIn.Add(uint64(n))
+		if err := c.handle(f); err != nil {
+			if c.goaway != nil {
+				c.close(err)
+				return gnet.Close
+			}
+			code := wire.GoAwayProtocolError
+			if errors.Is(err, ErrInboundBudget) || errors.Is(err, taskid.ErrTooManyChannels) {
+				code = wire.GoAwayLimit
+			}
+			return c.fail(err, code)
+		}
+		off += n
+	}
+	if off > 0 { // Discard(0) would drop everything buffered
+		_, _ = c.gc.Discard(off)
+	}
+	c.flush()
+	return gnet.None
+}
+
+// fail reports a fault of the peer's: it tells the peer why with a GOAWAY,
+// logs, and closes this one connection.
+func (c *conn) fail(err error, code wire.GoAwayCode) gnet.Action {
+	msg := err.Error()
+	if len(msg) > 512 {
+		msg = msg[:512]
+	}
+	_, _ = c.gc.Write(wire.AppendGoAway(nil, wire.GoAway{Code: code, Message: msg}))
+	c.close(err)
+	return gnet.Close
+}
+
+func (c *conn) handle(f wire.Frame) error {
+	dialed := c.peer != nil
+	switch f.Type {
+	case wire.FrameData:
+		if dialed {
+			return c.unexpected(f.Type)
+		}
+		return c.onData(f)
+	case wire.FrameOpen:
+		if dialed {
+			return c.unexpected(f.Type)
+		}
+		o, err := wire.ParseOpen(f.Body)
+		if err != nil {
+			return err
+		}
+		return c.onOpen(o)
+	case wire.FrameClose:
+		if dialed {
+			return c.unexpected(f.Type)
+		}
+		cl, err := wire.ParseClose(f.Body)
+		if err != nil {
+			return err
+		}
+		if err := c.in.table.Remove(cl.Channel); err != nil {
+			return err
+		}
+		c.in.byNum[cl.Channel] = nil
+		return nil
+	case wire.FrameAckRequest:
+		if dialed {
+			return c.unexpected(f.Type)
+		}
+		r, err := wire.ParseAckRequest(f.Body)
+		if err != nil {
+			return err
+		}
+		ic, err := c.inChan(r.Channel)
+		if err != nil {
+			return err
+		}
+		if ic.stale {
+			c.stats.stale.Add(1)
+			return nil
+		}
+		ic.rs.onAckRequest(c, r)
+		return nil
+	case wire.FrameAck:
+		if !dialed {
+			return c.unexpected(f.Type)
+		}
+		a, err := wire.ParseAck(f.Body)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		var ch *channel
+		if int(a.Channel) < len(c.mu.outByNum) {
+			ch = c.mu.outByNum[a.Channel]
+		}
+		c.mu.Unlock()
+		if ch == nil {
+			// An ack for a channel closed meanwhile is harmless; one for a
+			// number never opened is a fault.
+			if _, err := c.outLookup(a.Channel); err != nil {
+				return err
+			}
+			return nil
+		}
+		ch.onAck(c, a)
+		return nil
+	case wire.FramePing:
+		v, err := wire.ParsePing(f.Body)
+		if err != nil {
+			return err
+		}
+		c.sendCtrl(func(b []byte) []byte { return wire.AppendPong(b, v) }, true)
+		return nil
+	case wire.FramePong:
+		_, err := wire.ParsePing(f.Body)
+		return err
+	case wire.FrameGoAway:
+		g, err := wire.ParseGoAway(f.Body)
+		if err != nil {
+			return err
+		}
+		c.goaway = &GoAwayError{g}
+		return c.goaway
+	}
+	return fmt.Errorf("%w: %v", wire.ErrUnknownFrame, f.Type)
+}
+
+func (c *conn) outLookup(num uint32) (taskid.Channel, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, err := c.mu.outTable.Lookup(num)
+	if err != nil {
+		return ch, fmt.Errorf("%w (in an ACK)", err)
+	}
+	return ch, nil
+}
+
+func (c *conn) unexpected(t wire.FrameType) error {
+	side := "accepting"
+	if c.peer == nil {
+		side = "dialing"
+	}
+	return &wire.FrameError{Type: t, Err: fmt.Errorf("%w: a %v frame may not come from the %s side", wire.ErrUnknownFrame, t, side)}
+}
+
+func (c *conn) inChan(num uint32) (*inChan, error) {
+	if int(num) < len(c.in.byNum) {
+		if ic := c.in.byNum[num]; ic != nil {
+			return ic, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %d", wire.ErrUnknownChannel, num)
+}
+
+func (c *conn) onOpen(o wire.Open) error {
+	key := taskid.Channel{Source: o.Source, Target: o.Target, Epoch: o.Epoch}
+	if cur, err := c.in.table.Lookup(o.Channel); err == nil && cur == key {
+		// A duplicated OPEN: the channel is open already; answer again.
+		c.in.byNum[o.Channel].rs.onOpen(c, o, c.in.byNum[o.Channel])
+		return nil
+	}
+	if err := c.in.table.Bind(o.Channel, key); err != nil {
+		return err
+	}
+	for int(o.Channel) >= len(c.in.byNum) {
+		c.in.byNum = append(c.in.byNum, nil)
+	}
+	ic := &inChan{key: key, rs: c.node.recvState(o.Source, o.Target)}
+	c.in.byNum[o.Channel] = ic
+	ic.rs.onOpen(c, o, ic)
+	return nil
+}
+
+func (c *conn) onData(f wire.Frame) error {
+	body := f.Body
+	if f.Flags&wire.DataCompressed != 0 {
+		var err error
+		c.in.dbuf, err = batch.Decompress(c.in.dbuf[:0], body, c.node.o.maxFrame)
+		if err != nil {
+			return &wire.FrameError{Type: wire.FrameData, Err: err}
+		}
+		body = c.in.dbuf
+	}
+	rd := &c.in.rd
+	rd.Reset(body)
+	for {
+		msgs, h, err := rd.ReadRun(c.in.msgs[:0])
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		c.in.msgs = msgs[:0]
+		ic, err := c.inChan(h.Channel)
+		if err != nil {
+			return err
+		}
+		c.stats.msgsIn.Add(uint64(len(msgs)))
+		if ic.stale {
+			c.stats.stale.Add(uint64(len(msgs)))
+			continue
+		}
+		if err := ic.rs.onRun(c, ic, h.FirstSeq, msgs); err != nil {
+			return err
+		}
+	}
+}
+
+// sendCtrl queues a control frame for the next batch and schedules a flush.
+// faulty frames (acks, ack requests, pings) are subject to fault injection.
+// Safe for concurrent use.
+func (c *conn) sendCtrl(appendFrame func([]byte) []byte, faulty bool) {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return
+	}
+	times := 1
+	if faulty {
+		times = c.mu.inj.ctrl()
+	}
+	for range times {
+		c.mu.ctrl = appendFrame(c.mu.ctrl)
+	}
+	c.scheduleLocked()
+	c.mu.Unlock()
+}
+
+// enqueue marks ch ready to send on c. The caller holds ch.mu and has
+// checked that ch is not queued already.
+func (c *conn) enqueue(ch *channel, bytes int) {
+	c.pending.Add(int64(bytes))
+	c.mu.Lock()
+	if !c.mu.closed {
+		c.mu.ready = append(c.mu.ready, ch)
+		c.scheduleLocked()
+	}
+	c.mu.Unlock()
+}
+
+func (c *conn) scheduleLocked() {
+	if c.mu.scheduled || c.state.Load() != stOpen {
+		return
+	}
+	c.mu.scheduled = true
+	if err := c.gc.EventLoop().Execute(context.Background(), c.flushTask); err != nil {
+		c.mu.scheduled = false
+	}
+}
+
+func (c *conn) popReady() *channel {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.readyHead == len(c.mu.ready) {
+		c.mu.ready = c.mu.ready[:0]
+		c.mu.readyHead = 0
+		return nil
+	}
+	ch := c.mu.ready[c.mu.readyHead]
+	c.mu.ready[c.mu.readyHead] = nil
+	c.mu.readyHead++
+	return ch
+}
+
+func (c *conn) hasWork() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.mu.ctrl) > 0 || c.mu.readyHead < len(c.mu.ready)
+}
+
+// syncInflight tells the batch policy which writes completed: gnet gives no
+// callback when its outbound buffer drains, so the buffered byte count is
+// read instead.
+func (c *conn) syncInflight() {
+	p := c.out.policy
+	max := c.node.o.batch.MaxBatchBytes
+	want := (c.gc.OutboundBuffered() + max - 1) / max
+	for p.Inflight() > want {
+		p.WriteDone(c.node.now())
+	}
+}
+
+// flush writes batches while the policy allows. It runs on the loop.
+func (c *conn) flush() {
+	c.mu.Lock()
+	c.mu.scheduled = false
+	c.mu.Unlock()
+	if c.state.Load() != stOpen {
+		return
+	}
+	for {
+		c.syncInflight()
+		if !c.hasWork() {
+			return
+		}
+		now := c.node.now()
+		d := c.out.policy.Decide(now, int(max(c.pending.Load(), 1)))
+		if !d.Flush {
+			if d.WakeAt != 0 || c.out.policy.Inflight() > 0 {
+				c.node.timers.wakeConn(c, d.WakeAt)
+			}
+			return
+		}
+		if n := c.writeBatch(now, d.Cause); n == 0 {
+			return
+		}
+		if c.state.Load() != stOpen {
+			return
+		}
+	}
+}
+
+// writeBatch builds one batch from the queued control frames and the ready
+// channels and writes it. It returns the bytes written.
+func (c *conn) writeBatch(now int64, cause batch.Cause) int {
+	o := &c.out
+	c.mu.Lock()
+	o.ctrl = append(o.ctrl[:0], c.mu.ctrl...)
+	c.mu.ctrl = c.mu.ctrl[:0]
+	c.mu.Unlock()
+
+	o.opens = o.opens[:0]
+	o.reqs = o.reqs[:0]
+	var start int
+	o.data, start = wire.BeginFrame(o.data[:0], wire.FrameData, 0)
+	empty := len(o.data)
+	limit := start + wire.HeaderLen + c.node.o.batch.MaxBatchBytes
+	var requeue []*channel
+	var msgs int
+	for len(o.data) < limit {
+		ch := c.popReady()
+		if ch == nil {
+			break
+		}
+		n, more, full := ch.fill(c, now, limit)
+		msgs += n
+		if more {
+			requeue = append(requeue, ch)
+		}
+		if full {
+			break
+		}
+	}
+	if len(requeue) > 0 {
+		c.mu.Lock()
+		c.mu.ready = append(c.mu.ready, requeue...)
+		c.mu.Unlock()
+	}
+	if c.queueEmpty() {
+		c.pending.Store(0)
+	}
+
+	iov := o.iov[:0]
+	if len(o.ctrl) > 0 {
+		iov = append(iov, o.ctrl)
+	}
+	if len(o.opens) > 0 {
+		iov = append(iov, o.opens)
+	}
+	if len(o.data) > empty {
+		frame := wire.FinishFrame(o.data, start)
+		if c.compress && o.comp != nil {
+			body := frame[start+wire.HeaderLen:]
+			var cstart int
+			o.cdata, cstart = wire.BeginFrame(o.cdata[:0], wire.FrameData, wire.DataCompressed)
+			if out, ok := o.comp.Compress(o.cdata, body); ok {
+				o.cdata = wire.FinishFrame(out, cstart)
+				frame = o.cdata
+			}
+		}
+		for range o.inj.data() {
+			iov = append(iov, frame)
+		}
+		c.stats.msgsOut.Add(uint64(msgs))
+	}
+	if len(o.reqs) > 0 {
+		iov = append(iov, o.reqs)
+	}
+	o.iov = iov
+	total := 0
+	for _, b := range iov {
+		total += len(b)
+	}
+	if total == 0 {
+		return 0
+	}
+	if _, err := c.gc.Writev(iov); err != nil {
+		c.close(err)
+		return 0
+	}
+	clear(o.iov[:cap(o.iov)])
+	o.policy.Flushed(now, total, cause)
+	c.stats.wireOut.Add(uint64(total))
+	c.stats.batches.Add(1)
+	c.stats.flushes[cause].Add(1)
+	return total
+}
+
+func (c *conn) queueEmpty() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.readyHead == len(c.mu.ready)
+}
+
+// close records why the connection ends and detaches it; the caller makes
+// gnet close the socket (by returning gnet.Close, or with gc.Close). Safe to
+// call more than once; the first reason wins.
+func (c *conn) close(err error) {
+	if c.state.Swap(stClosed) == stClosed {
+		return
+	}
+	if err == nil {
+		err = io.EOF
+	}
+	c.closeErr = &ConnError{Remote: c.remote, NodeID: c.remoteID.Load(), Err: err}
+	c.mu.Lock()
+	c.mu.closed = true
+	for i := c.mu.readyHead; i < len(c.mu.ready); i++ {
+		c.mu.ready[i] = nil
+	}
+	c.mu.ready, c.mu.readyHead = nil, 0
+	c.mu.Unlock()
+	if c.peer != nil {
+		c.peer.detach(c)
+	}
+	c.node.forget(c)
+	if !errors.Is(err, io.EOF) && !errors.Is(err, ErrClosed) {
+		c.node.log.Warn("sluice: connection closed", "remote", c.remote, "node", fmt.Sprintf("%x", c.remoteID.Load()), "err", err)
+	}
+	close(c.done)
+}

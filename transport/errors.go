@@ -1,0 +1,65 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sluicehq/sluice/wire"
+)
+
+// Errors returned by the transport. Test them with errors.Is.
+var (
+	// ErrClosed means the node, peer or sender was closed.
+	ErrClosed = errors.New("transport: closed")
+	// ErrNoCredit is returned by TrySend when the channel's window or the
+	// peer's budget is full until the receiver acknowledges.
+	ErrNoCredit = errors.New("transport: no credit: the window is full until the receiver acknowledges")
+	// ErrNotConnected is returned by TrySend while the peer has no open
+	// connection (it is being dialed or redialed).
+	ErrNotConnected = errors.New("transport: peer not connected")
+	// ErrTooLarge means a payload is larger than a channel's window.
+	ErrTooLarge = errors.New("transport: payload larger than the channel window")
+	// ErrRejected means the peer refused this node for good (another
+	// protocol version, failed authentication); the peer does not redial.
+	ErrRejected = errors.New("transport: rejected by peer")
+	// ErrHandshakeTimeout means a connection's preface did not arrive in time.
+	ErrHandshakeTimeout = errors.New("transport: handshake timed out")
+	// ErrIdleTimeout means nothing arrived on a connection for too long.
+	ErrIdleTimeout = errors.New("transport: connection idle for too long")
+	// ErrInboundBudget means a peer sent more than its windows allow.
+	ErrInboundBudget = errors.New("transport: peer exceeded the inbound budget (it ignores flow control)")
+	// ErrGoAway means the peer sent GOAWAY.
+	ErrGoAway = errors.New("transport: peer sent GOAWAY")
+)
+
+// ConnError is the reason a connection was closed: a protocol fault by the
+// peer, a GOAWAY, a timeout, or an I/O error. It wraps the underlying error
+// (a wire sentinel such as wire.ErrChecksum, or one of this package's).
+type ConnError struct {
+	Remote string // the peer's address
+	NodeID uint64 // the peer's node id, 0 if its preface never arrived
+	Err    error
+}
+
+func (e *ConnError) Error() string {
+	return fmt.Sprintf("transport: connection with %s (node %x): %v", e.Remote, e.NodeID, e.Err)
+}
+
+func (e *ConnError) Unwrap() error { return e.Err }
+
+// GoAwayError is a GOAWAY received from a peer.
+type GoAwayError struct{ wire.GoAway }
+
+func (e *GoAwayError) Error() string {
+	return fmt.Sprintf("transport: peer sent GOAWAY %v: %s", e.Code, e.Message)
+}
+
+func (e *GoAwayError) Is(target error) bool {
+	if target == ErrGoAway {
+		return true
+	}
+	if target == ErrRejected {
+		return e.Code == wire.GoAwayVersionMismatch || e.Code == wire.GoAwayAuthFailed
+	}
+	return false
+}

@@ -1,0 +1,412 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/lossdetect"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// Node is one process's endpoint: it accepts peers (with [WithListen]),
+// dials them ([Node.Peer]) and delivers arriving messages to the handlers
+// of its target tasks ([Node.Handle]). All methods are safe for concurrent
+// use.
+type Node struct {
+	o     options
+	id    uint64
+	epoch uint64
+	start time.Time
+	log   logger
+
+	server     gnet.Engine
+	serverDone chan error
+	client     *gnet.Client
+	addr       string
+
+	timers  *timers
+	faultN  faultCounters
+	connSeq atomic.Uint64
+	closing atomic.Bool
+	closed  chan struct{}
+	bgDone  sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		peers   map[string]*Peer
+		conns   map[*conn]struct{}
+		inboxes map[taskid.ID]*inbox
+		recv    map[pair]*recvState
+		closed  bool
+
+		newHandler func(taskid.ID) Handler
+	}
+	// counters of connections already closed, so Stats stays cumulative
+	gone struct {
+		sync.Mutex
+		s ConnStats
+	}
+}
+
+// NewNode starts a node: its dialing event loops, and its listener if
+// [WithListen] is given.
+func NewNode(opts ...Option) (*Node, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.nodeID == 0 {
+		o.nodeID = rand.Uint64() | 1
+	}
+	if o.epoch == 0 {
+		o.epoch = uint64(time.Now().UnixNano())
+	}
+	n := &Node{o: o, id: o.nodeID, epoch: o.epoch, start: time.Now(), closed: make(chan struct{})}
+	n.log = logger{o.logger}
+	n.mu.peers = make(map[string]*Peer)
+	n.mu.conns = make(map[*conn]struct{})
+	n.mu.inboxes = make(map[taskid.ID]*inbox)
+	n.mu.recv = make(map[pair]*recvState)
+	n.timers = newTimers(n)
+
+	gopts := []gnet.Option{
+		gnet.WithMulticore(o.eventLoops > 1),
+		gnet.WithNumEventLoop(o.eventLoops),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithReadBufferCap(256 << 10),
+		gnet.WithWriteBufferCap(256 << 10),
+		gnet.WithSocketSendBuffer(4 << 20),
+		gnet.WithSocketRecvBuffer(4 << 20),
+		gnet.WithLogger(n.log),
+		gnet.WithReuseAddr(true),
+	}
+	cli, err := gnet.NewClient(&loopHandler{n: n}, gopts...)
+	if err != nil {
+		return nil, fmt.Errorf("transport: starting the dialing loops: %w", err)
+	}
+	if err := cli.Start(); err != nil {
+		return nil, fmt.Errorf("transport: starting the dialing loops: %w", err)
+	}
+	n.client = cli
+	if o.listen != "" {
+		if err := n.listen(o.listen, gopts); err != nil {
+			_ = cli.Stop()
+			return nil, err
+		}
+	}
+	n.bgDone.Add(1)
+	go n.timers.run()
+	return n, nil
+}
+
+func (n *Node) listen(addr string, gopts []gnet.Option) error {
+	booted := make(chan error, 1)
+	h := &loopHandler{n: n, server: true, booted: booted}
+	n.serverDone = make(chan error, 1)
+	go func() {
+		err := gnet.Run(h, "tcp://"+addr, gopts...)
+		select {
+		case booted <- err: // failed before boot
+		default:
+		}
+		n.serverDone <- err
+	}()
+	if err := <-booted; err != nil {
+		return fmt.Errorf("transport: listening on %s: %w", addr, err)
+	}
+	fd, err := n.server.Dup()
+	if err != nil {
+		return fmt.Errorf("transport: listening on %s: %w", addr, err)
+	}
+	defer unix.Close(fd)
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return fmt.Errorf("transport: listening on %s: %w", addr, err)
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		n.addr = net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port))
+	case *unix.SockaddrInet6:
+		n.addr = net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port))
+	default:
+		n.addr = addr
+	}
+	return nil
+}
+
+// Addr is the address the node listens on, with the port the system chose
+// for ":0"; empty if it does not listen.
+func (n *Node) Addr() string { return n.addr }
+
+// ID is the node id announced to peers.
+func (n *Node) ID() uint64 { return n.id }
+
+// Epoch is the epoch of channels opened without an explicit one.
+func (n *Node) Epoch() uint64 { return n.epoch }
+
+func (n *Node) now() int64 { return int64(time.Since(n.start)) }
+
+// Handle registers the handler of messages for target. Messages that
+// arrive before it is registered wait in the target's inbox, and their
+// sources wait for credit. Registering a second handler for the same target
+// is an error.
+func (n *Node) Handle(target taskid.ID, h Handler) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.closed {
+		return ErrClosed
+	}
+	return n.startInboxLocked(n.inboxLocked(target), h)
+}
+
+// HandleAll makes newHandler supply the handler of every target task that
+// has none when its first channel opens, for receivers that do not know
+// their tasks in advance (loadgen serve).
+func (n *Node) HandleAll(newHandler func(target taskid.ID) Handler) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.mu.newHandler = newHandler
+	for target, in := range n.mu.inboxes {
+		in.mu.Lock()
+		has := in.mu.handler != nil
+		in.mu.Unlock()
+		if !has {
+			_ = n.startInboxLocked(in, newHandler(target))
+		}
+	}
+}
+
+func (n *Node) startInboxLocked(in *inbox, h Handler) error {
+	if h == nil {
+		return fmt.Errorf("transport: nil handler for task %v", in.target)
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.mu.handler != nil {
+		return fmt.Errorf("transport: task %v already has a handler", in.target)
+	}
+	in.mu.handler = h
+	n.bgDone.Add(1)
+	go func() {
+		defer n.bgDone.Done()
+		in.run(h)
+	}()
+	return nil
+}
+
+func (n *Node) inboxLocked(target taskid.ID) *inbox {
+	in, ok := n.mu.inboxes[target]
+	if !ok {
+		in = newInbox(target)
+		n.mu.inboxes[target] = in
+		if n.mu.newHandler != nil {
+			_ = n.startInboxLocked(in, n.mu.newHandler(target))
+		}
+	}
+	return in
+}
+
+func (n *Node) recvState(source, target taskid.ID) *recvState {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := pair{source, target}
+	rs, ok := n.mu.recv[k]
+	if !ok {
+		rs = &recvState{key: k, inbox: n.inboxLocked(target)}
+		rs.mu.r = lossdetect.NewReceiver()
+		n.mu.recv[k] = rs
+	}
+	return rs
+}
+
+// Peer returns the peer at addr ("host:port"), dialing it if it is new.
+// The connection comes up in the background; see [Peer.WaitConnected].
+func (n *Node) Peer(addr string) (*Peer, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return nil, fmt.Errorf("transport: peer address %q: %w", addr, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.closed {
+		return nil, ErrClosed
+	}
+	p, ok := n.mu.peers[addr]
+	if !ok {
+		p = newPeer(n, addr)
+		n.mu.peers[addr] = p
+	}
+	return p, nil
+}
+
+func (n *Node) track(c *conn) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.closed {
+		return false
+	}
+	n.mu.conns[c] = struct{}{}
+	return true
+}
+
+func (n *Node) forget(c *conn) {
+	n.mu.Lock()
+	_, ok := n.mu.conns[c]
+	delete(n.mu.conns, c)
+	n.mu.Unlock()
+	if ok {
+		s := c.snapshot()
+		n.gone.Lock()
+		n.gone.s.add(s)
+		n.gone.Unlock()
+	}
+	n.timers.forgetConn(c)
+}
+
+// abort closes c from any goroutine.
+func (n *Node) abort(c *conn, err error) {
+	c.close(err)
+	if c.gc != nil {
+		_ = c.gc.Close()
+	}
+}
+
+// Close shuts the node down gracefully: it waits, until ctx ends, for every
+// message sent to be acknowledged, tells its peers with GOAWAY, and closes
+// everything. It returns ctx's error if it had to drop unacknowledged
+// messages.
+func (n *Node) Close(ctx context.Context) error {
+	var err error
+	for _, p := range n.peers() {
+		if e := p.flush(ctx); e != nil && err == nil {
+			err = e
+		}
+	}
+	n.shutdown(wire.GoAwayShutdown)
+	return err
+}
+
+// Abort closes the node at once, dropping unacknowledged messages.
+func (n *Node) Abort() { n.shutdown(wire.GoAwayShutdown) }
+
+func (n *Node) peers() []*Peer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ps := make([]*Peer, 0, len(n.mu.peers))
+	for _, p := range n.mu.peers {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+func (n *Node) shutdown(code wire.GoAwayCode) {
+	if n.closing.Swap(true) {
+		<-n.closed
+		return
+	}
+	n.mu.Lock()
+	n.mu.closed = true
+	conns := make([]*conn, 0, len(n.mu.conns))
+	for c := range n.mu.conns {
+		conns = append(conns, c)
+	}
+	inboxes := make([]*inbox, 0, len(n.mu.inboxes))
+	for _, in := range n.mu.inboxes {
+		inboxes = append(inboxes, in)
+	}
+	n.mu.Unlock()
+	goaway := wire.AppendGoAway(nil, wire.GoAway{Code: code, Message: "node shutting down"})
+	for _, c := range conns {
+		if c.state.Load() == stOpen {
+			_ = c.gc.AsyncWrite(goaway, nil)
+		}
+	}
+	for _, p := range n.peers() {
+		p.close()
+	}
+	for _, c := range conns {
+		n.abort(c, ErrClosed)
+	}
+	n.timers.close()
+	for _, in := range inboxes {
+		close(in.stop)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if n.serverDone != nil {
+		_ = n.server.Stop(ctx)
+		<-n.serverDone
+	}
+	_ = n.client.Stop()
+	n.bgDone.Wait()
+	close(n.closed)
+}
+
+// loopHandler receives gnet's events for the accepting (server) or dialing
+// (client) loops.
+type loopHandler struct {
+	gnet.BuiltinEventEngine
+	n      *Node
+	server bool
+	booted chan error
+}
+
+func (h *loopHandler) OnBoot(eng gnet.Engine) gnet.Action {
+	if h.server {
+		h.n.server = eng
+		h.booted <- nil
+	}
+	return gnet.None
+}
+
+func (h *loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
+	n := h.n
+	var c *conn
+	if h.server {
+		c = newConn(n, nil, 0)
+		c.remote = gc.RemoteAddr().String()
+		if !n.track(c) {
+			return nil, gnet.Close
+		}
+		gc.SetContext(c)
+	} else {
+		var ok bool
+		if c, ok = gc.Context().(*conn); !ok {
+			return nil, gnet.Close
+		}
+	}
+	c.gc = gc
+	n.timers.watchHandshake(c)
+	return c.preface(), gnet.None
+}
+
+func (h *loopHandler) OnTraffic(gc gnet.Conn) gnet.Action {
+	c, ok := gc.Context().(*conn)
+	if !ok {
+		return gnet.Close
+	}
+	return c.onTraffic()
+}
+
+func (h *loopHandler) OnClose(gc gnet.Conn, err error) gnet.Action {
+	if c, ok := gc.Context().(*conn); ok {
+		if err == nil {
+			err = errors.New("closed by peer")
+		}
+		c.close(err)
+	}
+	return gnet.None
+}

@@ -1,0 +1,289 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// Peer is a remote node this node sends to. It keeps its connections up,
+// redialing with exponential backoff and jitter when one breaks, and its
+// channels survive the breaks. All methods are safe for concurrent use.
+type Peer struct {
+	node *Node
+	addr string
+
+	retained atomic.Int64 // payload bytes retained over all channels
+	budget   notifier     // broadcast when retained bytes fall
+	drained  notifier     // broadcast when a channel's last message is acknowledged
+
+	nextSlot atomic.Uint32
+	stop     chan struct{}
+	wg       sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		conns    []*conn // by slot; nil while down
+		channels map[taskid.Channel]*channel
+		err      error // a permanent refusal by the peer
+		lastErr  error // why the last connection attempt or connection failed
+		closed   bool
+	}
+}
+
+func newPeer(n *Node, addr string) *Peer {
+	p := &Peer{node: n, addr: addr, stop: make(chan struct{})}
+	p.mu.conns = make([]*conn, n.o.connsPerPeer)
+	p.mu.channels = make(map[taskid.Channel]*channel)
+	for slot := range n.o.connsPerPeer {
+		p.wg.Add(1)
+		go p.dialLoop(slot)
+	}
+	return p
+}
+
+// Addr is the address the peer is dialed at.
+func (p *Peer) Addr() string { return p.addr }
+
+// Err returns why the peer refused this node for good (errors.Is
+// ErrRejected), or nil.
+func (p *Peer) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.err
+}
+
+// Connected reports whether every connection to the peer is up.
+func (p *Peer) Connected() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.mu.conns {
+		if c == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitConnected blocks until every connection to the peer is up, the peer
+// refused this node, or ctx ends.
+func (p *Peer) WaitConnected(ctx context.Context) error {
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		if p.Connected() {
+			return nil
+		}
+		if err := p.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			p.mu.Lock()
+			last := p.mu.lastErr
+			p.mu.Unlock()
+			if last != nil {
+				return fmt.Errorf("transport: %s not connected: %w (last error: %v)", p.addr, ctx.Err(), last)
+			}
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// OpenSender opens the channel from source to target (a task on this peer)
+// with the node's epoch, or returns the sender already open for it. Messages
+// sent before the connection is up are kept and sent once it is.
+func (p *Peer) OpenSender(ctx context.Context, source, target taskid.ID) (*Sender, error) {
+	return p.OpenSenderEpoch(ctx, source, target, p.node.epoch)
+}
+
+// OpenSenderEpoch is OpenSender with an explicit epoch: an engine that
+// restarts a task opens its channels with a higher epoch, and the receiver
+// drops whatever the older incarnation still sends.
+func (p *Peer) OpenSenderEpoch(ctx context.Context, source, target taskid.ID, epoch uint64) (*Sender, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	key := taskid.Channel{Source: source, Target: target, Epoch: epoch}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		return nil, ErrClosed
+	}
+	if p.mu.err != nil {
+		return nil, p.mu.err
+	}
+	if ch, ok := p.mu.channels[key]; ok {
+		return &Sender{ch: ch}, nil
+	}
+	slot := int(p.nextSlot.Add(1)-1) % len(p.mu.conns)
+	ch := newChannel(p, key, slot)
+	p.mu.channels[key] = ch
+	if c := p.mu.conns[slot]; c != nil {
+		ch.mu.Lock()
+		ch.attachLocked(c)
+		ch.mu.Unlock()
+	}
+	return &Sender{ch: ch}, nil
+}
+
+// attach makes a freshly handshaken connection carry its slot's channels.
+// It runs on the connection's loop.
+func (p *Peer) attach(c *conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		return
+	}
+	p.mu.conns[c.slot] = c
+	p.mu.lastErr = nil
+	for _, ch := range p.mu.channels {
+		if ch.slot != c.slot {
+			continue
+		}
+		ch.mu.Lock()
+		ch.attachLocked(c)
+		ch.mu.Unlock()
+	}
+}
+
+// detach forgets a connection that closed.
+func (p *Peer) detach(c *conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.conns[c.slot] == c {
+		p.mu.conns[c.slot] = nil
+	}
+	for _, ch := range p.mu.channels {
+		if ch.slot != c.slot {
+			continue
+		}
+		ch.mu.Lock()
+		if ch.mu.conn == c {
+			ch.mu.conn = nil
+			ch.mu.queued = false
+		}
+		ch.mu.Unlock()
+	}
+}
+
+func (p *Peer) removeChannel(ch *channel) {
+	p.mu.Lock()
+	if p.mu.channels[ch.key] == ch {
+		delete(p.mu.channels, ch.key)
+	}
+	p.mu.Unlock()
+}
+
+// dialLoop keeps one connection slot up until the peer is closed.
+func (p *Peer) dialLoop(slot int) {
+	defer p.wg.Done()
+	n := p.node
+	backoff := n.o.minBackoff
+	for {
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		c, err := n.dial(p, slot)
+		if err == nil {
+			select {
+			case <-c.done:
+				err = c.closeErr
+			case <-p.stop:
+				n.abort(c, ErrClosed)
+				<-c.done
+				return
+			}
+			if time.Duration(n.now()-c.openedAt) > 4*backoff {
+				backoff = n.o.minBackoff // it was up for a while: start over
+			}
+		}
+		p.mu.Lock()
+		p.mu.lastErr = err
+		if errors.Is(err, ErrRejected) || errors.Is(err, wire.ErrVersion) {
+			p.mu.err = fmt.Errorf("transport: %s: %w", p.addr, err)
+			p.mu.Unlock()
+			n.log.Error("sluice: peer refused this node; not redialing", "peer", p.addr, "err", err)
+			p.drained.broadcast()
+			p.budget.broadcast()
+			return
+		}
+		p.mu.Unlock()
+		// Full jitter over [backoff/2, backoff).
+		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		select {
+		case <-p.stop:
+			return
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, n.o.maxBackoff)
+	}
+}
+
+func (n *Node) dial(p *Peer, slot int) (*conn, error) {
+	nc, err := net.DialTimeout("tcp", p.addr, n.o.dialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	c := newConn(n, p, slot)
+	c.remote = p.addr
+	if !n.track(c) {
+		_ = nc.Close()
+		return nil, ErrClosed
+	}
+	if _, err := n.client.EnrollContext(nc, c); err != nil {
+		n.forget(c)
+		return nil, err
+	}
+	return c, nil
+}
+
+// close stops redialing and closes the peer's connections. Unacknowledged
+// messages are dropped.
+func (p *Peer) close() {
+	p.mu.Lock()
+	if p.mu.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.mu.closed = true
+	chans := make([]*channel, 0, len(p.mu.channels))
+	for _, ch := range p.mu.channels {
+		chans = append(chans, ch)
+	}
+	p.mu.Unlock()
+	close(p.stop)
+	p.wg.Wait()
+	for _, ch := range chans {
+		ch.shut()
+	}
+	p.drained.broadcast()
+	p.budget.broadcast()
+}
+
+// flush waits until every channel to the peer is fully acknowledged.
+func (p *Peer) flush(ctx context.Context) error {
+	p.mu.Lock()
+	chans := make([]*channel, 0, len(p.mu.channels))
+	for _, ch := range p.mu.channels {
+		chans = append(chans, ch)
+	}
+	p.mu.Unlock()
+	for _, ch := range chans {
+		if err := (&Sender{ch: ch}).Flush(ctx); err != nil && !errors.Is(err, ErrClosed) {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package transport
+
+import (
+	"sync"
+
+	"github.com/sluicehq/sluice/lossdetect"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// Handler consumes the messages that arrive for one target task. It is
+// given whole runs: consecutive messages of one channel, starting at
+// sequence number firstSeq, in order, each exactly once while both tasks
+// live. A target's handler is called from one goroutine, one run at a time;
+// handlers of different targets run concurrently.
+//
+// The payload slices are valid only until the handler returns: copy what you
+// keep. When it returns, the messages count as consumed, and the receiver
+// may acknowledge them, which lets the source send more. A slow handler
+// therefore slows its sources down rather than filling memory.
+type Handler func(ch taskid.Channel, firstSeq uint64, msgs []wire.Message)
+
+type pair struct{ source, target taskid.ID }
+
+// recvState is the receiving side of one (source, target) pair on this node.
+// It outlives connections: a reconnected channel resumes where it stopped.
+type recvState struct {
+	key   pair
+	inbox *inbox
+
+	mu struct {
+		sync.Mutex
+		r    *lossdetect.Receiver
+		conn *conn  // where acks go: the connection of the newest OPEN
+		num  uint32 // the channel's number there
+	}
+}
+
+func (rs *recvState) onOpen(c *conn, o wire.Open, ic *inChan) {
+	rs.mu.Lock()
+	v := rs.mu.r.OnOpen(o.Epoch, o.FirstSeq)
+	if v == lossdetect.Stale {
+		rs.mu.Unlock()
+		ic.stale = true
+		c.stats.stale.Add(1)
+		return
+	}
+	rs.mu.conn, rs.mu.num = c, o.Channel
+	a, ok := rs.mu.r.Answer()
+	rs.mu.Unlock()
+	if ok {
+		c.sendAck(o.Channel, a)
+	}
+}
+
+func (rs *recvState) onAckRequest(c *conn, r wire.AckRequest) {
+	rs.mu.Lock()
+	if rs.mu.r.OnAckRequest(r.Epoch, r.Seq) == lossdetect.Stale {
+		rs.mu.Unlock()
+		c.stats.stale.Add(1)
+		return
+	}
+	a, ok := rs.mu.r.Answer()
+	conn, num := rs.mu.conn, rs.mu.num
+	rs.mu.Unlock()
+	if ok && conn != nil {
+		conn.sendAck(num, a)
+	}
+}
+
+// onRun checks a run's messages and hands the accepted ones to the target's
+// inbox. It runs on c's loop; msgs alias c's read buffer.
+func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []wire.Message) error {
+	d := getDelivery()
+	d.rs, d.conn, d.ch = rs, c, ic.key
+	rs.mu.Lock()
+	for i := range msgs {
+		seq := firstSeq + uint64(i)
+		switch rs.mu.r.OnData(ic.key.Epoch, seq) {
+		case lossdetect.Accept:
+			if len(d.msgs) == 0 {
+				d.first = seq
+			}
+			d.add(msgs[i])
+		case lossdetect.Duplicate:
+			c.stats.dupIn.Add(1)
+		case lossdetect.Gap:
+			c.stats.gapIn.Add(1)
+		case lossdetect.Stale:
+			c.stats.stale.Add(1)
+		}
+	}
+	rs.mu.Unlock()
+	if len(d.msgs) == 0 {
+		putDelivery(d)
+		return nil
+	}
+	c.stats.bytesIn.Add(uint64(d.bytes))
+	if c.inbound.Add(int64(d.bytes)) > int64(c.node.o.inboundBudget) {
+		putDelivery(d)
+		return ErrInboundBudget
+	}
+	rs.inbox.push(d)
+	return nil
+}
+
+// consumed is called by the inbox goroutine after the handler returned.
+func (rs *recvState) consumed(through uint64) {
+	rs.mu.Lock()
+	rs.mu.r.Consumed(through)
+	a, ok := rs.mu.r.Answer()
+	conn, num := rs.mu.conn, rs.mu.num
+	rs.mu.Unlock()
+	if ok && conn != nil {
+		conn.sendAck(num, a)
+	}
+}
+
+func (c *conn) sendAck(num uint32, a lossdetect.Ack) {
+	f := wire.Ack{Channel: num, Epoch: a.Epoch, ReqSeq: a.ReqSeq, Count: a.Count, Next: a.Next}
+	if a.Open {
+		f.Flags |= wire.AckOpen
+	}
+	c.sendCtrl(func(b []byte) []byte { return wire.AppendAck(b, f) }, true)
+}
+
+// delivery is one accepted run waiting in an inbox, with its own copy of
+// the payloads.
+type delivery struct {
+	rs    *recvState
+	conn  *conn
+	ch    taskid.Channel
+	first uint64
+	msgs  []wire.Message
+	buf   []byte
+	bytes int
+}
+
+var deliveryPool = sync.Pool{New: func() any { return new(delivery) }}
+
+func getDelivery() *delivery { return deliveryPool.Get().(*delivery) }
+
+func putDelivery(d *delivery) {
+	if cap(d.buf) > 1<<20 {
+		d.buf = nil
+	}
+	clear(d.msgs)
+	d.msgs, d.buf = d.msgs[:0], d.buf[:0]
+	d.rs, d.conn, d.bytes = nil, nil, 0
+	deliveryPool.Put(d)
+}
+
+func (d *delivery) add(m wire.Message) {
+	off := len(d.buf)
+	d.buf = append(d.buf, m.Payload...)
+	// Payload slices are fixed after the run is complete (see seal), as
+	// append may move buf.
+	d.msgs = append(d.msgs, wire.Message{Ts: m.Ts, Payload: d.buf[off:len(d.buf):len(d.buf)]})
+	d.bytes += len(m.Payload)
+}
+
+// seal points every payload into the final buffer.
+func (d *delivery) seal() {
+	off := 0
+	for i := range d.msgs {
+		n := len(d.msgs[i].Payload)
+		d.msgs[i].Payload = d.buf[off : off+n : off+n]
+		off += n
+	}
+}
+
+// inbox is a target task's queue of accepted runs. Its length is bounded by
+// flow control: no source sends more than its window before the handler
+// consumes.
+type inbox struct {
+	target taskid.ID
+	wake   chan struct{}
+	stop   chan struct{}
+
+	mu struct {
+		sync.Mutex
+		q       []*delivery
+		head    int
+		handler Handler
+		running bool
+	}
+}
+
+func newInbox(target taskid.ID) *inbox {
+	return &inbox{target: target, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+}
+
+func (in *inbox) push(d *delivery) {
+	d.seal()
+	in.mu.Lock()
+	in.mu.q = append(in.mu.q, d)
+	in.mu.Unlock()
+	select {
+	case in.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (in *inbox) pop() *delivery {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.mu.head == len(in.mu.q) {
+		in.mu.q, in.mu.head = in.mu.q[:0], 0
+		return nil
+	}
+	d := in.mu.q[in.mu.head]
+	in.mu.q[in.mu.head] = nil
+	in.mu.head++
+	return d
+}
+
+// run delivers to the handler until stop is closed.
+func (in *inbox) run(h Handler) {
+	for {
+		for d := in.pop(); d != nil; d = in.pop() {
+			h(d.ch, d.first, d.msgs)
+			d.conn.inbound.Add(-int64(d.bytes))
+			d.rs.consumed(d.first + uint64(len(d.msgs)))
+			putDelivery(d)
+		}
+		select {
+		case <-in.wake:
+		case <-in.stop:
+			return
+		}
+	}
+}

@@ -1,0 +1,436 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/lossdetect"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/window"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// Sender sends the messages of one channel (source task, target task,
+// epoch). Send, TrySend and Flush are safe for concurrent use, though one
+// goroutine per channel keeps messages in the order the engine means.
+type Sender struct{ ch *channel }
+
+// channel is the source side of one channel: its window of retained
+// messages, its loss tracker, and where it is on the wire.
+type channel struct {
+	peer *Peer
+	key  taskid.Channel
+	slot int
+
+	credit notifier // broadcast when credit is freed or the channel shuts
+
+	sent, resent, bytes atomic.Uint64
+
+	mu struct {
+		sync.Mutex
+		win      *window.Sender
+		trk      *lossdetect.Tracker
+		conn     *conn  // the connection carrying it, nil while down
+		num      uint32 // its number on conn
+		needOpen bool   // an OPEN must precede its next data
+		queued   bool   // in conn's ready list
+		opened   bool   // was ever open on a connection
+		timerAt  int64  // when the node's timer will next call tick, 0: never
+		closed   bool
+	}
+}
+
+func newChannel(p *Peer, key taskid.Channel, slot int) *channel {
+	ch := &channel{peer: p, key: key, slot: slot}
+	ch.mu.win = window.NewSender(p.node.o.window, 0)
+	return ch
+}
+
+// attachLocked puts the channel on connection c: it gets a number there and
+// an OPEN is queued. A channel that was open before waits for the
+// receiver's answer to the OPEN, which tells where to resume.
+func (ch *channel) attachLocked(c *conn) {
+	if ch.mu.closed {
+		return
+	}
+	c.mu.Lock()
+	num, _, err := c.mu.outTable.Assign(ch.key)
+	if err == nil {
+		for int(num) >= len(c.mu.outByNum) {
+			c.mu.outByNum = append(c.mu.outByNum, nil)
+		}
+		c.mu.outByNum[num] = ch
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return
+	}
+	now := ch.peer.node.now()
+	if ch.mu.trk == nil {
+		ch.mu.trk = lossdetect.NewTracker(ch.peer.node.o.loss, ch.mu.win, ch.key.Epoch, true)
+	} else {
+		ch.mu.trk.Reopen(now)
+	}
+	ch.mu.conn, ch.mu.num = c, num
+	ch.mu.needOpen, ch.mu.opened = true, true
+	ch.mu.queued = true
+	c.enqueue(ch, ch.unsentBytesLocked())
+	ch.scheduleLocked(now)
+}
+
+func (ch *channel) unsentBytesLocked() int {
+	_, b := ch.mu.win.Retained()
+	return b
+}
+
+// Channel is the channel this sender sends on.
+func (s *Sender) Channel() taskid.Channel { return s.ch.key }
+
+// Send copies payload into the channel, to be sent with timestamp ts. It
+// blocks while the channel's window or the peer's budget is full, until
+// credit is freed, the sender is closed, or ctx ends. The payload may be
+// reused as soon as Send returns.
+func (s *Sender) Send(ctx context.Context, ts int64, payload []byte) error {
+	for {
+		err := s.ch.push(ts, payload)
+		if err != ErrNoCredit {
+			return err
+		}
+		if err := s.ch.waitCredit(ctx, len(payload)); err != nil {
+			return err
+		}
+	}
+}
+
+// TrySend is Send without blocking: it returns ErrNoCredit when the window
+// or the peer's budget is full, ErrTooLarge when payload can never fit,
+// ErrClosed when the sender or its node is closed, and the peer's refusal
+// (errors.Is ErrRejected) when the peer refused this node.
+func (s *Sender) TrySend(ts int64, payload []byte) error { return s.ch.push(ts, payload) }
+
+func (ch *channel) push(ts int64, payload []byte) error {
+	p := ch.peer
+	size := int64(len(payload))
+	if max := p.node.o.window.MaxBytes; len(payload) > max {
+		return fmt.Errorf("%w: %d bytes, the window holds %d", ErrTooLarge, len(payload), max)
+	}
+	if p.retained.Load()+size > int64(p.node.o.peerBudget) {
+		if err := ch.deadErr(); err != nil {
+			return err
+		}
+		return ErrNoCredit
+	}
+	ch.mu.Lock()
+	if ch.mu.closed {
+		ch.mu.Unlock()
+		return ch.closedErr()
+	}
+	if _, err := ch.mu.win.Push(ts, payload); err != nil {
+		ch.mu.Unlock()
+		switch {
+		case errors.Is(err, window.ErrNoCredit):
+			return ErrNoCredit
+		case errors.Is(err, window.ErrTooLarge):
+			return errors.Join(ErrTooLarge, err)
+		}
+		return err
+	}
+	p.retained.Add(size)
+	ch.sent.Add(1)
+	ch.bytes.Add(uint64(size))
+	if c := ch.mu.conn; c != nil && !ch.mu.queued && ch.mu.trk.CanSend() {
+		ch.mu.queued = true
+		c.enqueue(ch, len(payload))
+	}
+	ch.mu.Unlock()
+	return nil
+}
+
+func (ch *channel) deadErr() error {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.mu.closed {
+		return ch.closedErr()
+	}
+	return nil
+}
+
+func (ch *channel) closedErr() error {
+	if err := ch.peer.Err(); err != nil {
+		return err
+	}
+	return ErrClosed
+}
+
+// waitCredit blocks until credit may have been freed.
+func (ch *channel) waitCredit(ctx context.Context, size int) error {
+	p := ch.peer
+	w1, w2 := ch.credit.wait(), p.budget.wait()
+	defer ch.credit.done()
+	defer p.budget.done()
+	ch.mu.Lock()
+	ok := ch.mu.closed || ch.mu.win.HasCredit(size)
+	ch.mu.Unlock()
+	if ok && p.retained.Load()+int64(size) <= int64(p.node.o.peerBudget) {
+		return nil
+	}
+	select {
+	case <-w1:
+	case <-w2:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// Flush blocks until every message sent so far has been consumed by the
+// target task and acknowledged, the sender is closed, or ctx ends.
+func (s *Sender) Flush(ctx context.Context) error {
+	ch := s.ch
+	for {
+		w := ch.peer.drained.wait()
+		ch.mu.Lock()
+		closed := ch.mu.closed
+		done := ch.mu.win.Acked() == ch.mu.win.NextSeq()
+		ch.mu.Unlock()
+		if done {
+			ch.peer.drained.done()
+			return nil
+		}
+		if closed {
+			ch.peer.drained.done()
+			return ch.closedErr()
+		}
+		select {
+		case <-w:
+			ch.peer.drained.done()
+		case <-ctx.Done():
+			ch.peer.drained.done()
+			return ctx.Err()
+		}
+	}
+}
+
+// Close closes the channel at once: messages not yet acknowledged are
+// dropped. Call Flush first to close gracefully.
+func (s *Sender) Close() error {
+	ch := s.ch
+	ch.mu.Lock()
+	c, num := ch.mu.conn, ch.mu.num
+	wasOpen := !ch.mu.closed
+	ch.mu.Unlock()
+	ch.shut()
+	ch.peer.removeChannel(ch)
+	if wasOpen && c != nil {
+		c.mu.Lock()
+		if c.mu.outTable != nil {
+			_ = c.mu.outTable.Remove(num)
+			if int(num) < len(c.mu.outByNum) {
+				c.mu.outByNum[num] = nil
+			}
+		}
+		c.mu.Unlock()
+		c.sendCtrl(func(b []byte) []byte { return wire.AppendClose(b, wire.Close{Channel: num}) }, false)
+	}
+	return nil
+}
+
+// shut marks the channel closed and releases its retained bytes.
+func (ch *channel) shut() {
+	ch.mu.Lock()
+	if ch.mu.closed {
+		ch.mu.Unlock()
+		return
+	}
+	ch.mu.closed = true
+	_, b := ch.mu.win.Retained()
+	ch.mu.conn = nil
+	ch.mu.Unlock()
+	ch.peer.retained.Add(-int64(b))
+	ch.credit.broadcast()
+	ch.peer.budget.broadcast()
+	ch.peer.drained.broadcast()
+}
+
+// fill appends the channel's unsent messages that fit below limit to c's
+// batch as one run, and its OPEN and AckRequest frames to theirs. It runs on
+// c's loop. It returns the messages taken, whether the channel has more to
+// send, and whether the batch is full.
+func (ch *channel) fill(c *conn, now int64, limit int) (n int, more, full bool) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.mu.conn != c || ch.mu.closed {
+		return 0, false, false
+	}
+	ch.mu.queued = false
+	o := &c.out
+	if ch.mu.needOpen {
+		// The tracker hands out the OPEN (and anything else due) on Tick.
+		ch.mu.needOpen = false
+		for {
+			req, ok := ch.mu.trk.Tick(now)
+			if !ok {
+				break
+			}
+			if req.Open {
+				o.opens = ch.appendOpen(o.opens, req)
+			} else {
+				o.reqs = ch.appendAckRequest(o.reqs, o.inj, req)
+			}
+		}
+	}
+	win, trk := ch.mu.win, ch.mu.trk
+	if !trk.CanSend() {
+		return 0, false, false
+	}
+	unsent := win.Unsent()
+	if unsent == 0 {
+		return 0, false, false
+	}
+	first := win.NextToSend()
+	if first < win.SentHigh() {
+		ch.resent.Add(uint64(min(win.SentHigh()-first, uint64(unsent))))
+	}
+	baseTs, _ := win.Message(first)
+	room := limit - len(o.data)
+	h := wire.RunHeader{Channel: ch.mu.num, FirstSeq: first, Count: unsent, BaseTs: baseTs}
+	used := wire.RunHeaderLen(h)
+	prev := baseTs
+	batchEmpty := len(o.data) == wire.HeaderLen || room == c.node.o.batch.MaxBatchBytes
+	for n < unsent {
+		ts, p := win.Message(first + uint64(n))
+		ml := wire.MessageLen(prev, ts, len(p))
+		if used+ml > room && (n > 0 || !batchEmpty) {
+			break
+		}
+		used += ml
+		prev = ts
+		n++
+	}
+	if n == 0 {
+		ch.mu.queued = true
+		return 0, true, true
+	}
+	h.Count = n
+	o.data = wire.AppendRunHeader(o.data, h)
+	prev = baseTs
+	var bytes int
+	for i := range n {
+		ts, p := win.Message(first + uint64(i))
+		o.data = wire.AppendMessage(o.data, prev, ts, p)
+		prev = ts
+		bytes += len(p)
+	}
+	c.pending.Add(-int64(bytes))
+	through := first + uint64(n)
+	_ = win.MarkSent(through)
+	if req, ok := trk.OnSent(now, through); ok {
+		o.reqs = ch.appendAckRequest(o.reqs, o.inj, req)
+	}
+	ch.scheduleLocked(now)
+	more = n < unsent
+	ch.mu.queued = more
+	return n, more, more
+}
+
+// onAck applies an ACK from the receiver. It runs on c's loop.
+func (ch *channel) onAck(c *conn, a wire.Ack) {
+	now := ch.peer.node.now()
+	ch.mu.Lock()
+	if ch.mu.conn != c || ch.mu.closed || ch.mu.trk == nil {
+		ch.mu.Unlock()
+		return
+	}
+	_, before := ch.mu.win.Retained()
+	out := ch.mu.trk.OnAck(now, lossdetect.Ack{
+		Open: a.Flags&wire.AckOpen != 0, Epoch: a.Epoch, ReqSeq: a.ReqSeq, Count: a.Count, Next: a.Next,
+	})
+	_ = out
+	_, after := ch.mu.win.Retained()
+	drained := ch.mu.win.Acked() == ch.mu.win.NextSeq()
+	if !ch.mu.queued && ch.mu.trk.CanSend() && ch.mu.win.Unsent() > 0 {
+		ch.mu.queued = true
+		c.enqueue(ch, 0)
+	}
+	ch.scheduleLocked(now)
+	ch.mu.Unlock()
+	if freed := before - after; freed > 0 {
+		ch.peer.retained.Add(-int64(freed))
+		ch.peer.budget.broadcast()
+		ch.credit.broadcast()
+	}
+	if drained {
+		ch.peer.drained.broadcast()
+	}
+}
+
+// scheduleLocked makes sure the node's timer calls tick by the tracker's
+// next deadline.
+func (ch *channel) scheduleLocked(now int64) {
+	if ch.mu.trk == nil || ch.mu.needOpen {
+		return // fill sends the OPEN and calls Tick first
+	}
+	at, ok := ch.mu.trk.NextDeadline()
+	if !ok {
+		return
+	}
+	if ch.mu.timerAt != 0 && ch.mu.timerAt <= at {
+		return // an earlier wake-up will look again
+	}
+	ch.mu.timerAt = at
+	ch.peer.node.timers.wakeChannel(ch, at)
+}
+
+// tick runs the tracker's timers: quiet-channel AckRequests and repeats of
+// unanswered ones. The node's timer goroutine calls it.
+func (ch *channel) tick(now int64) {
+	ch.mu.Lock()
+	ch.mu.timerAt = 0
+	if ch.mu.closed || ch.mu.trk == nil {
+		ch.mu.Unlock()
+		return
+	}
+	c, num := ch.mu.conn, ch.mu.num
+	var reqs []lossdetect.AckRequest
+	if c != nil && !ch.mu.needOpen {
+		for {
+			req, ok := ch.mu.trk.Tick(now)
+			if !ok {
+				break
+			}
+			reqs = append(reqs, req)
+		}
+	}
+	ch.scheduleLocked(now)
+	ch.mu.Unlock()
+	for _, req := range reqs {
+		if req.Open {
+			c.sendCtrl(func(b []byte) []byte { return ch.appendOpenNum(b, num, req) }, false)
+		} else {
+			c.sendCtrl(func(b []byte) []byte {
+				return wire.AppendAckRequest(b, wire.AckRequest{Channel: num, Epoch: req.Epoch, Seq: req.Seq})
+			}, true)
+		}
+	}
+}
+
+// appendAckRequest appends an ACKREQUEST, subject to fault injection.
+func (ch *channel) appendAckRequest(b []byte, inj *injector, req lossdetect.AckRequest) []byte {
+	for range inj.ctrl() {
+		b = wire.AppendAckRequest(b, wire.AckRequest{Channel: ch.mu.num, Epoch: req.Epoch, Seq: req.Seq})
+	}
+	return b
+}
+
+func (ch *channel) appendOpen(b []byte, req lossdetect.AckRequest) []byte {
+	return ch.appendOpenNum(b, ch.mu.num, req)
+}
+
+func (ch *channel) appendOpenNum(b []byte, num uint32, req lossdetect.AckRequest) []byte {
+	return wire.AppendOpen(b, wire.Open{
+		Channel: num, Source: ch.key.Source, Target: ch.key.Target, Epoch: req.Epoch, FirstSeq: req.Seq,
+	})
+}

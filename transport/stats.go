@@ -1,0 +1,150 @@
+package transport
+
+import (
+	"fmt"
+
+	"github.com/sluicehq/sluice/batch"
+	"github.com/sluicehq/sluice/lossdetect"
+	"github.com/sluicehq/sluice/taskid"
+)
+
+// Stats is a snapshot of a node's counters. Connection counters include
+// the connections already closed in Closed.
+type Stats struct {
+	Conns    []ConnStats    `json:"conns"`
+	Closed   ConnStats      `json:"closed"` // sums over closed connections
+	Channels []ChannelStats `json:"channels,omitempty"`
+	Faults   FaultStats     `json:"faults"`
+}
+
+// ConnStats counts one connection's traffic.
+type ConnStats struct {
+	Remote      string `json:"remote,omitempty"`
+	NodeID      string `json:"node_id,omitempty"`
+	Dialed      bool   `json:"dialed"`
+	MessagesOut uint64 `json:"messages_out"`
+	WireOut     uint64 `json:"wire_bytes_out"`
+	Batches     uint64 `json:"batches"`
+	MessagesIn  uint64 `json:"messages_in"`
+	BytesIn     uint64 `json:"payload_bytes_in"`
+	WireIn      uint64 `json:"wire_bytes_in"`
+	// Flushes counts batches by why they were cut: idle, full, linger,
+	// write-done, explicit.
+	Flushes    map[string]uint64 `json:"flushes"`
+	Stale      uint64            `json:"stale_dropped"`
+	Duplicates uint64            `json:"duplicates_dropped"`
+	Gaps       uint64            `json:"gap_dropped"`
+}
+
+func (s *ConnStats) add(o ConnStats) {
+	s.MessagesOut += o.MessagesOut
+	s.WireOut += o.WireOut
+	s.Batches += o.Batches
+	s.MessagesIn += o.MessagesIn
+	s.BytesIn += o.BytesIn
+	s.WireIn += o.WireIn
+	s.Stale += o.Stale
+	s.Duplicates += o.Duplicates
+	s.Gaps += o.Gaps
+	for k, v := range o.Flushes {
+		if s.Flushes == nil {
+			s.Flushes = make(map[string]uint64)
+		}
+		s.Flushes[k] += v
+	}
+}
+
+func (c *conn) snapshot() ConnStats {
+	s := ConnStats{
+		Remote:      c.remote,
+		NodeID:      fmt.Sprintf("%x", c.remoteID.Load()),
+		Dialed:      c.peer != nil,
+		MessagesOut: c.stats.msgsOut.Load(),
+		WireOut:     c.stats.wireOut.Load(),
+		Batches:     c.stats.batches.Load(),
+		MessagesIn:  c.stats.msgsIn.Load(),
+		BytesIn:     c.stats.bytesIn.Load(),
+		WireIn:      c.stats.wireIn.Load(),
+		Stale:       c.stats.stale.Load(),
+		Duplicates:  c.stats.dupIn.Load(),
+		Gaps:        c.stats.gapIn.Load(),
+		Flushes:     make(map[string]uint64, batch.NumCauses),
+	}
+	for i := range c.stats.flushes {
+		if v := c.stats.flushes[i].Load(); v > 0 {
+			s.Flushes[batch.Cause(i).String()] = v
+		}
+	}
+	return s
+}
+
+// ChannelStats counts one outgoing channel.
+type ChannelStats struct {
+	Channel  taskid.Channel          `json:"-"`
+	Name     string                  `json:"channel"`
+	Sent     uint64                  `json:"sent"`
+	Bytes    uint64                  `json:"bytes"`
+	Resent   uint64                  `json:"resent"`
+	Unacked  int                     `json:"unacked"`
+	Tracker  lossdetect.TrackerStats `json:"tracker"`
+	Attached bool                    `json:"attached"`
+}
+
+// Stats returns the node's counters. With channels set it also lists every
+// outgoing channel, which costs a lock per channel.
+func (n *Node) Stats(channels bool) Stats {
+	var s Stats
+	n.mu.Lock()
+	conns := make([]*conn, 0, len(n.mu.conns))
+	for c := range n.mu.conns {
+		conns = append(conns, c)
+	}
+	n.mu.Unlock()
+	for _, c := range conns {
+		s.Conns = append(s.Conns, c.snapshot())
+	}
+	n.gone.Lock()
+	s.Closed.add(n.gone.s)
+	n.gone.Unlock()
+	s.Faults = n.faultN.snapshot()
+	if channels {
+		for _, p := range n.peers() {
+			p.mu.Lock()
+			for _, ch := range p.mu.channels {
+				s.Channels = append(s.Channels, ch.stats())
+			}
+			p.mu.Unlock()
+		}
+	}
+	return s
+}
+
+// Totals sums the counters of all connections, open and closed.
+func (s Stats) Totals() ConnStats {
+	t := s.Closed
+	for _, c := range s.Conns {
+		t.add(c)
+	}
+	return t
+}
+
+func (ch *channel) stats() ChannelStats {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	s := ChannelStats{
+		Channel:  ch.key,
+		Name:     ch.key.String(),
+		Sent:     ch.sent.Load(),
+		Bytes:    ch.bytes.Load(),
+		Resent:   ch.resent.Load(),
+		Attached: ch.mu.conn != nil,
+	}
+	s.Unacked, _ = ch.mu.win.Retained()
+	if ch.mu.trk != nil {
+		s.Tracker = ch.mu.trk.Stats()
+	}
+	return s
+}
+
+// Stats returns the counters of this sender's channel.
+func (s *Sender) Stats() ChannelStats { return s.ch.stats() }

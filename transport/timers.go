@@ -1,0 +1,250 @@
+package transport
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/sluicehq/sluice/wire"
+)
+
+// pollInterval is how soon a connection whose socket is backed up looks
+// again: gnet says nothing when its outbound buffer drains.
+const pollInterval = 50 * time.Microsecond
+
+// housekeeping is the period of handshake and idle timeouts, pings and
+// injected resets.
+const housekeeping = 20 * time.Millisecond
+
+// timers is the node's one timer goroutine. gnet's OnTick does not run on an
+// event loop, so timer work that touches a connection's loop state is sent
+// to the loop with Execute.
+type timers struct {
+	n    *Node
+	kick chan struct{}
+	stop chan struct{}
+
+	mu struct {
+		sync.Mutex
+		chans     deadlineHeap
+		conns     map[*conn]int64 // flush again at
+		handshake map[*conn]struct{}
+		closed    bool
+	}
+	nextReset int64
+}
+
+func newTimers(n *Node) *timers {
+	t := &timers{n: n, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	t.mu.conns = make(map[*conn]int64)
+	t.mu.handshake = make(map[*conn]struct{})
+	if n.o.faults.Reset > 0 {
+		t.nextReset = int64(n.o.faults.Reset)
+	}
+	return t
+}
+
+type deadline struct {
+	at int64
+	ch *channel
+}
+
+type deadlineHeap []deadline
+
+func (h deadlineHeap) Len() int           { return len(h) }
+func (h deadlineHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h deadlineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *deadlineHeap) Push(x any)        { *h = append(*h, x.(deadline)) }
+func (h *deadlineHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+func (t *timers) poke() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// wakeChannel makes the timer call ch.tick at about at.
+func (t *timers) wakeChannel(ch *channel, at int64) {
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		return
+	}
+	first := len(t.mu.chans) == 0 || at < t.mu.chans[0].at
+	heap.Push(&t.mu.chans, deadline{at, ch})
+	t.mu.Unlock()
+	if first {
+		t.poke()
+	}
+}
+
+// wakeConn makes the timer schedule a flush of c at about at (0: soon).
+func (t *timers) wakeConn(c *conn, at int64) {
+	if at == 0 {
+		at = t.n.now() + int64(pollInterval)
+	}
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		return
+	}
+	if cur, ok := t.mu.conns[c]; !ok || at < cur {
+		t.mu.conns[c] = at
+	}
+	t.mu.Unlock()
+	t.poke()
+}
+
+func (t *timers) watchHandshake(c *conn) {
+	t.mu.Lock()
+	if !t.mu.closed {
+		t.mu.handshake[c] = struct{}{}
+	}
+	t.mu.Unlock()
+}
+
+func (t *timers) forgetConn(c *conn) {
+	t.mu.Lock()
+	delete(t.mu.conns, c)
+	delete(t.mu.handshake, c)
+	t.mu.Unlock()
+}
+
+func (t *timers) close() {
+	t.mu.Lock()
+	if t.mu.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.mu.closed = true
+	t.mu.Unlock()
+	close(t.stop)
+}
+
+func (t *timers) run() {
+	defer t.n.bgDone.Done()
+	timer := time.NewTimer(housekeeping)
+	defer timer.Stop()
+	nextHouse := t.n.now() + int64(housekeeping)
+	var due []*channel
+	var flush []*conn
+	for {
+		now := t.n.now()
+		t.mu.Lock()
+		for len(t.mu.chans) > 0 && t.mu.chans[0].at <= now {
+			due = append(due, heap.Pop(&t.mu.chans).(deadline).ch)
+		}
+		next := nextHouse
+		for c, at := range t.mu.conns {
+			if at <= now {
+				flush = append(flush, c)
+				delete(t.mu.conns, c)
+			} else {
+				next = min(next, at)
+			}
+		}
+		if len(t.mu.chans) > 0 {
+			next = min(next, t.mu.chans[0].at)
+		}
+		t.mu.Unlock()
+
+		for i, ch := range due {
+			ch.tick(now)
+			due[i] = nil
+		}
+		due = due[:0]
+		for i, c := range flush {
+			c.mu.Lock()
+			c.scheduleLocked()
+			c.mu.Unlock()
+			flush[i] = nil
+		}
+		flush = flush[:0]
+		if now >= nextHouse {
+			t.housekeep(now)
+			nextHouse = now + int64(housekeeping)
+			next = min(next, nextHouse)
+		}
+
+		timer.Reset(time.Duration(max(next-t.n.now(), 0)))
+		select {
+		case <-timer.C:
+		case <-t.kick:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		case <-t.stop:
+			return
+		}
+	}
+}
+
+// housekeep closes connections that never finished their handshake or went
+// idle, pings open ones, and injects connection resets.
+func (t *timers) housekeep(now int64) {
+	n := t.n
+	var expired []*conn
+	t.mu.Lock()
+	for c := range t.mu.handshake {
+		switch {
+		case c.state.Load() != stHandshake:
+			delete(t.mu.handshake, c)
+		case now-c.openedAt > int64(n.o.handshakeTimeout):
+			delete(t.mu.handshake, c)
+			expired = append(expired, c)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range expired {
+		n.abort(c, ErrHandshakeTimeout)
+	}
+
+	n.mu.Lock()
+	conns := make([]*conn, 0, len(n.mu.conns))
+	for c := range n.mu.conns {
+		if c.state.Load() == stOpen {
+			conns = append(conns, c)
+		}
+	}
+	n.mu.Unlock()
+	for _, c := range conns {
+		idle := time.Duration(now - c.lastRecv.Load())
+		if n.o.idleTimeout > 0 && idle > n.o.idleTimeout {
+			n.abort(c, ErrIdleTimeout)
+			continue
+		}
+		if n.o.pingInterval > 0 && idle > n.o.pingInterval && c.peer != nil {
+			v := uint64(now)
+			c.sendCtrl(func(b []byte) []byte { return wire.AppendPing(b, v) }, true)
+		}
+	}
+	if t.nextReset > 0 && now >= t.nextReset {
+		t.nextReset = now + int64(n.o.faults.Reset)
+		var dialed []*conn
+		for _, c := range conns {
+			if c.peer != nil {
+				dialed = append(dialed, c)
+			}
+		}
+		if len(dialed) > 0 {
+			c := dialed[int(uint64(now)%uint64(len(dialed)))]
+			n.faultN.resets.Add(1)
+			_ = c.gc.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+				c.close(errInjectedReset)
+				return c.gc.Close()
+			}))
+		}
+	}
+}

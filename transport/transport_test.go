@@ -1,0 +1,530 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// collector checks that each channel's messages arrive once and in order:
+// every payload starts with its per-channel sequence number.
+type collector struct {
+	mu    sync.Mutex
+	next  map[taskid.ID]uint64
+	count atomic.Int64
+	errs  []string
+}
+
+func newCollector() *collector { return &collector{next: map[taskid.ID]uint64{}} }
+
+func (c *collector) handler(taskid.ID) Handler {
+	return func(ch taskid.Channel, first uint64, msgs []wire.Message) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, m := range msgs {
+			seq := binary.LittleEndian.Uint64(m.Payload)
+			if want := c.next[ch.Source]; seq != want && len(c.errs) < 10 {
+				c.errs = append(c.errs, fmt.Sprintf("channel %v: got message %d, want %d", ch, seq, want))
+			}
+			c.next[ch.Source] = seq + 1
+		}
+		c.count.Add(int64(len(msgs)))
+	}
+}
+
+func (c *collector) check(t *testing.T, want int64) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.errs {
+		t.Error(e)
+	}
+	if got := c.count.Load(); got != want {
+		t.Errorf("delivered %d messages, want %d", got, want)
+	}
+}
+
+func payload(seq uint64, size int) []byte {
+	b := make([]byte, size)
+	binary.LittleEndian.PutUint64(b, seq)
+	return b
+}
+
+func newPair(t *testing.T, rxOpts, txOpts []Option) (rx, tx *Node, p *Peer) {
+	t.Helper()
+	rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0")}, rxOpts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rx.Abort)
+	tx, err = NewNode(txOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tx.Abort)
+	p, err = tx.Peer(rx.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rx, tx, p
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// sendAll sends n messages on each of channels channels, concurrently, and
+// waits until all are acknowledged.
+func sendAll(t *testing.T, ctx context.Context, p *Peer, channels, n, size int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, channels)
+	for i := range channels {
+		s, err := p.OpenSender(ctx, taskid.ID{Processor: 0, Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i % 4)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range n {
+				if err := s.Send(ctx, int64(k), payload(uint64(k), size)); err != nil {
+					errs <- err
+					return
+				}
+			}
+			if err := s.Flush(ctx); err != nil {
+				errs <- fmt.Errorf("flush: %w", err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+func TestMessagesArriveOnceAndInOrder(t *testing.T) {
+	rx, _, p := newPair(t, nil, nil)
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	sendAll(t, ctxT(t, 20*time.Second), p, 1, 20000, 100)
+	col.check(t, 20000)
+}
+
+func TestManyChannelsShareOneConnection(t *testing.T) {
+	rx, tx, p := newPair(t, nil, nil)
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	sendAll(t, ctxT(t, 20*time.Second), p, 200, 300, 64)
+	col.check(t, 200*300)
+	if conns := tx.Stats(false).Conns; len(conns) != 1 {
+		t.Errorf("%d connections, want 1", len(conns))
+	}
+}
+
+func TestSeveralConnectionsPerPeer(t *testing.T) {
+	rx, tx, p := newPair(t, nil, []Option{WithConnectionsPerPeer(3)})
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	sendAll(t, ctxT(t, 20*time.Second), p, 12, 500, 64)
+	col.check(t, 12*500)
+	if conns := tx.Stats(false).Conns; len(conns) != 3 {
+		t.Errorf("%d connections, want 3", len(conns))
+	}
+}
+
+func TestMessagesSentBeforeTheHandlerRegistersWait(t *testing.T) {
+	rx, _, p := newPair(t, nil, nil)
+	ctx := ctxT(t, 10*time.Second)
+	s, err := p.OpenSender(ctx, taskid.ID{Processor: 0}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 100 {
+		if err := s.Send(ctx, 0, payload(uint64(k), 16)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	col := newCollector()
+	if err := rx.Handle(taskid.ID{Processor: 1}, col.handler(taskid.ID{})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	col.check(t, 100)
+}
+
+func TestTrySendSaysWhenTheWindowIsFull(t *testing.T) {
+	_, _, p := newPair(t, nil, nil) // no handler: nothing is consumed, so nothing is acknowledged
+	ctx := ctxT(t, 10*time.Second)
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent int
+	for ; sent < 1<<20; sent++ {
+		if err := s.TrySend(0, payload(uint64(sent), 100)); err != nil {
+			if !errors.Is(err, ErrNoCredit) {
+				t.Fatalf("TrySend: %v, want ErrNoCredit", err)
+			}
+			break
+		}
+	}
+	if sent == 0 || sent == 1<<20 {
+		t.Fatalf("window took %d messages before refusing", sent)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := s.Send(short, 0, payload(0, 100)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Send on a full window: %v, want the context's deadline", err)
+	}
+	if err := s.TrySend(0, make([]byte, 64<<20)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("TrySend of 64 MiB: %v, want ErrTooLarge", err)
+	}
+}
+
+func TestChannelsSurviveConnectionResets(t *testing.T) {
+	f := Faults{Reset: 5 * time.Millisecond, Seed: 3}
+	rx, tx, p := newPair(t, nil, []Option{WithFaults(f), WithReconnectBackoff(time.Millisecond, 10*time.Millisecond)})
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	sendAll(t, ctxT(t, 60*time.Second), p, 8, 30000, 100)
+	col.check(t, 8*30000)
+	if r := tx.Stats(false).Faults.Resets; r == 0 {
+		t.Error("no reset was injected; the test proves nothing")
+	}
+}
+
+func TestLossDuplicationAndAckLossAreRepaired(t *testing.T) {
+	f := Faults{Drop: 0.05, CtrlDrop: 0.05, Dup: 0.02, Seed: 11}
+	rx, tx, p := newPair(t, []Option{WithFaults(Faults{CtrlDrop: 0.05, Dup: 0.02, Seed: 12})}, []Option{WithFaults(f)})
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	sendAll(t, ctxT(t, 60*time.Second), p, 16, 3000, 100)
+	col.check(t, 16*3000)
+	fs := tx.Stats(false).Faults
+	if fs.DataDropped == 0 || fs.CtrlDropped == 0 || fs.Duplicated == 0 {
+		t.Errorf("faults injected %+v; want some of each", fs)
+	}
+}
+
+func TestASlowPeerDoesNotHoldBackAFastOne(t *testing.T) {
+	slow, err := NewNode(WithListen("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Abort()
+	slow.HandleAll(func(taskid.ID) Handler {
+		return func(taskid.Channel, uint64, []wire.Message) { time.Sleep(50 * time.Millisecond) }
+	})
+	fast, err := NewNode(WithListen("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fast.Abort()
+	col := newCollector()
+	fast.HandleAll(col.handler)
+	tx, err := NewNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Abort()
+	ctx := ctxT(t, 20*time.Second)
+	ps, _ := tx.Peer(slow.Addr())
+	s, err := ps.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for k := 0; ctx.Err() == nil; k++ {
+			if s.Send(ctx, 0, payload(uint64(k), 1000)) != nil {
+				return
+			}
+		}
+	}()
+	pf, _ := tx.Peer(fast.Addr())
+	sendAll(t, ctx, pf, 2, 20000, 100)
+	col.check(t, 2*20000)
+}
+
+func TestAReceiverRestartedOnTheSameAddressGetsEverythingUnacknowledged(t *testing.T) {
+	rx, err := NewNode(WithListen("127.0.0.1:0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := rx.Addr()
+	var first atomic.Int64
+	rx.HandleAll(func(taskid.ID) Handler {
+		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) { first.Add(int64(len(msgs))) }
+	})
+	tx, err := NewNode(WithReconnectBackoff(time.Millisecond, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Abort()
+	ctx := ctxT(t, 30*time.Second)
+	p, _ := tx.Peer(addr)
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 50000
+	done := make(chan error, 1)
+	go func() {
+		for k := range n {
+			if err := s.Send(ctx, 0, payload(uint64(k), 100)); err != nil {
+				done <- err
+				return
+			}
+			if k == n/4 {
+				rx.Abort() // killed mid-stream, mid-batch
+			}
+		}
+		done <- nil
+	}()
+	for first.Load() < n/8 && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	var rx2 *Node
+	for ctx.Err() == nil { // the port is free again once the old listener is gone
+		if rx2, err = NewNode(WithListen(addr)); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if rx2 == nil {
+		t.Fatal(err)
+	}
+	defer rx2.Abort()
+	var maxSeq atomic.Uint64
+	var second atomic.Int64
+	rx2.HandleAll(func(taskid.ID) Handler {
+		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+			second.Add(int64(len(msgs)))
+			maxSeq.Store(binary.LittleEndian.Uint64(msgs[len(msgs)-1].Payload))
+		}
+	})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if maxSeq.Load() != n-1 {
+		t.Errorf("the new receiver's last message is %d, want %d", maxSeq.Load(), n-1)
+	}
+	// Whatever the first receiver consumed but did not acknowledge is sent
+	// again: the new node never saw it. Nothing is lost.
+	if got := first.Load() + second.Load(); got < n {
+		t.Errorf("the two receivers got %d messages in all, fewer than the %d sent", got, n)
+	}
+}
+
+// rawConn dials addr with a plain socket, for tests that play a hostile peer.
+func rawConn(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readGoAway reads until the node closes the connection and returns the
+// GOAWAY it sent, if any.
+func readGoAway(t *testing.T, c net.Conn) (wire.GoAway, bool) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	all, err := io.ReadAll(c)
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("the node did not close the connection")
+		}
+	}
+	if len(all) < wire.PrefaceLen {
+		return wire.GoAway{}, false
+	}
+	b := all[wire.PrefaceLen:]
+	for len(b) > 0 {
+		f, n, err := wire.DecodeFrame(b, wire.DefaultMaxFrame)
+		if err != nil {
+			return wire.GoAway{}, false
+		}
+		if f.Type == wire.FrameGoAway {
+			g, err := wire.ParseGoAway(f.Body)
+			return g, err == nil
+		}
+		b = b[n:]
+	}
+	return wire.GoAway{}, false
+}
+
+func goodPreface() []byte { return wire.AppendPreface(nil, wire.Preface{Version: wire.Version, NodeID: 42}) }
+
+func TestHostilePeersLoseOnlyTheirOwnConnection(t *testing.T) {
+	rx, _, p := newPair(t, []Option{WithHandshakeTimeout(300 * time.Millisecond)}, nil)
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	ctx := ctxT(t, 30*time.Second)
+	var legit sync.WaitGroup
+	legit.Add(1)
+	go func() { defer legit.Done(); sendAll(t, ctx, p, 4, 20000, 100) }()
+
+	bigLen := func() []byte {
+		b := append(goodPreface(), byte(wire.FrameData), 0)
+		b = binary.BigEndian.AppendUint32(b, 1<<30)
+		return binary.BigEndian.AppendUint32(b, 0)
+	}
+	endlessVarint := func() []byte {
+		body := bytes.Repeat([]byte{0xff}, 64)
+		b := append(goodPreface(), byte(wire.FrameOpen), 0)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(body)))
+		b = binary.BigEndian.AppendUint32(b, crc32c(body))
+		return append(b, body...)
+	}
+	unknownChannel := func() []byte {
+		f, start := wire.BeginFrame(goodPreface(), wire.FrameData, 0)
+		f = wire.AppendRunHeader(f, wire.RunHeader{Channel: 7, FirstSeq: 0, Count: 1})
+		f = wire.AppendMessage(f, 0, 0, []byte("hi"))
+		return wire.FinishFrame(f, start)
+	}
+	badCRC := func() []byte {
+		b := wire.AppendPing(goodPreface(), 1)
+		b[len(b)-1] ^= 0xff
+		return b
+	}
+	cases := []struct {
+		name  string
+		input []byte
+		code  wire.GoAwayCode
+	}{
+		{"garbage", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), wire.GoAwayProtocolError},
+		{"the wrong magic", append([]byte("SLCX"), goodPreface()[4:]...), wire.GoAwayProtocolError},
+		{"another protocol version", func() []byte { b := goodPreface(); b[4] = 9; return b }(), wire.GoAwayVersionMismatch},
+		{"an oversized length", bigLen(), wire.GoAwayProtocolError},
+		{"an endless varint", endlessVarint(), wire.GoAwayProtocolError},
+		{"a channel never opened", unknownChannel(), wire.GoAwayProtocolError},
+		{"a checksum mismatch", badCRC(), wire.GoAwayProtocolError},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name+" closes the connection with a GOAWAY", func(t *testing.T) {
+			c := rawConn(t, rx.Addr())
+			if _, err := c.Write(tc.input); err != nil {
+				t.Fatal(err)
+			}
+			g, ok := readGoAway(t, c)
+			if !ok {
+				t.Fatal("no GOAWAY before the close")
+			}
+			if g.Code != tc.code {
+				t.Errorf("GOAWAY %v (%s), want %v", g.Code, g.Message, tc.code)
+			}
+		})
+	}
+	t.Run("a peer that stops mid-frame is closed at the handshake timeout or kept harmlessly", func(t *testing.T) {
+		c := rawConn(t, rx.Addr())
+		_, _ = c.Write(goodPreface()[:7])
+		if _, ok := readGoAway(t, c); ok {
+			t.Error("unexpected GOAWAY")
+		}
+	})
+	legit.Wait()
+	col.check(t, 4*20000)
+}
+
+func TestIdleConnectionsKeepMemoryBounded(t *testing.T) {
+	n := 1000
+	if testing.Short() {
+		n = 200
+	}
+	rx, _, p := newPair(t, nil, nil)
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	conns := make([]net.Conn, 0, n)
+	for range n {
+		c, err := net.Dial("tcp", rx.Addr())
+		if err != nil {
+			t.Skipf("could not open %d connections: %v", n, err)
+		}
+		conns = append(conns, c)
+		defer c.Close()
+	}
+	sendAll(t, ctxT(t, 30*time.Second), p, 2, 10000, 100)
+	col.check(t, 2*10000)
+}
+
+func TestAVersionMismatchIsAClearErrorOnTheDialingSide(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b := goodPreface()
+			b[4] = 9
+			_, _ = c.Write(b)
+			go func() { _, _ = io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	tx, err := NewNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Abort()
+	p, _ := tx.Peer(ln.Addr().String())
+	err = p.WaitConnected(ctxT(t, 5*time.Second))
+	if !errors.Is(err, ErrRejected) && !errors.Is(err, wire.ErrVersion) {
+		t.Fatalf("WaitConnected: %v, want a version error", err)
+	}
+	if !errors.Is(err, wire.ErrVersion) {
+		t.Errorf("error %q does not say the version differs", err)
+	}
+}
+
+func TestCloseWaitsForAcknowledgements(t *testing.T) {
+	rx, tx, p := newPair(t, nil, nil)
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	ctx := ctxT(t, 10*time.Second)
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 5000 {
+		if err := s.Send(ctx, 0, payload(uint64(k), 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	col.check(t, 5000)
+	if err := s.TrySend(0, payload(0, 100)); !errors.Is(err, ErrClosed) {
+		t.Errorf("TrySend after Close: %v, want ErrClosed", err)
+	}
+}
