@@ -379,7 +379,9 @@ func readGoAway(t *testing.T, c net.Conn) (wire.GoAway, bool) {
 	return wire.GoAway{}, false
 }
 
-func goodPreface() []byte { return wire.AppendPreface(nil, wire.Preface{Version: wire.Version, NodeID: 42}) }
+func goodPreface() []byte {
+	return wire.AppendPreface(nil, wire.Preface{Version: wire.Version, NodeID: 42})
+}
 
 func TestHostilePeersLoseOnlyTheirOwnConnection(t *testing.T) {
 	rx, _, p := newPair(t, []Option{WithHandshakeTimeout(300 * time.Millisecond)}, nil)

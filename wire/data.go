@@ -173,13 +173,27 @@ func (r *DataReader) NextMessage() (Message, error) {
 		return Message{}, io.EOF
 	}
 	b := r.body
-	delta, off := svarint(b, r.off)
-	if off < 0 {
-		return Message{}, r.fail(varintErr(FrameData, r.off, off, "message timestamp delta"))
-	}
-	n, start := uvarint(b, off)
-	if start < 0 {
-		return Message{}, r.fail(varintErr(FrameData, off, start, "message length"))
+	var (
+		delta int64
+		n     uint64
+		off   = r.off + 1 // where the length starts, on the fast path
+		start = r.off + 2 // where the payload starts, on the fast path
+	)
+	// Fast path: a one-byte delta and a one-byte length, the common case
+	// for small messages close in time.
+	if start <= len(b) && b[r.off] < 0x80 && b[off] < 0x80 {
+		z := uint64(b[r.off])
+		delta = int64(z>>1) ^ -int64(z&1)
+		n = uint64(b[off])
+	} else {
+		delta, off = svarint(b, r.off)
+		if off < 0 {
+			return Message{}, r.fail(varintErr(FrameData, r.off, off, "message timestamp delta"))
+		}
+		n, start = uvarint(b, off)
+		if start < 0 {
+			return Message{}, r.fail(varintErr(FrameData, off, start, "message length"))
+		}
 	}
 	if n > uint64(len(b)-start) {
 		return Message{}, r.fail(frameErr(FrameData, off, ErrOverrun,

@@ -61,6 +61,7 @@ type VersionError struct {
 	Want uint8 // the version this side speaks
 }
 
+// Error says which versions the two sides speak.
 func (e *VersionError) Error() string {
 	return "wire: unsupported protocol version: the peer speaks version " + strconv.Itoa(int(e.Got)) +
 		", this node speaks version " + strconv.Itoa(int(e.Want)) + " (upgrade the older side)"
@@ -82,6 +83,8 @@ type FrameError struct {
 	Detail string
 }
 
+// Error reads "<sentinel>: <TYPE> frame, body offset N: <detail>", the
+// offset left out for header faults.
 func (e *FrameError) Error() string {
 	s := e.Err.Error() + ": " + e.Type.String() + " frame"
 	if e.Offset >= 0 {

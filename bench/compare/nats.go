@@ -113,7 +113,7 @@ func (p *natsPeer) Throughput(ctx context.Context, size int, d time.Duration) (i
 	defer s.close()
 
 	window := natsWindow(size)
-	ackEvery := max(1, window/4)
+	ackEvery := max(1, window/16)
 
 	// The end of the run is when the subscriber holds as many messages as the publisher
 	// sent; whichever side sees that last records the time.

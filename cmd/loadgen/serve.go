@@ -342,4 +342,3 @@ func localAddrToward(addr string) (string, error) {
 	host, _, err := net.SplitHostPort(c.LocalAddr().String())
 	return host, err
 }
-
