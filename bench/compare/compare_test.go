@@ -86,8 +86,12 @@ func TestAPeerHonoursACancelledContext(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
-			if _, _, err := e.build(peerConfig{}).Throughput(ctx, 100, time.Minute); err == nil {
-				t.Fatal("a throughput run with a cancelled context succeeded")
+			p := e.build(peerConfig{})
+			if _, _, err := p.Throughput(ctx, 100, time.Minute); err == nil {
+				t.Error("a throughput run with a cancelled context succeeded")
+			}
+			if _, err := p.Latency(ctx, 100, 10); err == nil {
+				t.Error("a latency run with a cancelled context succeeded")
 			}
 		})
 	}

@@ -227,6 +227,9 @@ func (p *grpcPeer) Throughput(ctx context.Context, size int, d time.Duration) (i
 			sent++
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err // a cancelled run is not a measurement
+	}
 	if serr == nil {
 		serr = stream.CloseSend()
 	}

@@ -114,8 +114,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		About:     map[string]string{},
 	}
 	m := r.Machine
-	fmt.Fprintf(stdout, "compare: %d-byte messages, %v per peer, %d pings, %d round(s); %s, %d cores, %s\n",
-		o.size, o.duration, o.pings, o.rounds, orUnknown(m.CPU), m.Cores, m.GoVersion)
+	fmt.Fprintf(stdout, "compare: %d-byte messages, %v per peer, %d pings, %d round(s); %s, %d cores, %s, load %s\n",
+		o.size, o.duration, o.pings, o.rounds, orUnknown(m.CPU), m.Cores, m.GoVersion, orUnknown(m.LoadAvg))
 
 	rates := map[string][]float64{}
 	hists := map[string]hist{}
@@ -150,9 +150,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	}
 	r.fillRatios()
+	r.Machine.LoadAvgEnd = loadAvg()
 
 	fmt.Fprintln(stdout)
 	r.writeTable(stdout)
+	fmt.Fprintf(stdout, "load average %s at the start, %s at the end\n", orUnknown(r.Machine.LoadAvg), orUnknown(r.Machine.LoadAvgEnd))
 	js, err := json.Marshal(r)
 	if err != nil {
 		return err

@@ -52,6 +52,24 @@ type machine struct {
 	Arch       string `json:"arch"`
 	Kernel     string `json:"kernel"`
 	GoVersion  string `json:"go_version"`
+	// LoadAvg and LoadAvgEnd are /proc/loadavg's 1/5/15-minute averages when the run
+	// started and ended: other work on the machine shows here, and figures taken under
+	// a load near or above Cores are not worth quoting.
+	LoadAvg    string `json:"loadavg,omitempty"`
+	LoadAvgEnd string `json:"loadavg_end,omitempty"`
+}
+
+// loadAvg returns the first three fields of /proc/loadavg, or "" where there is none.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func thisMachine() machine {
@@ -61,6 +79,7 @@ func thisMachine() machine {
 		OS:         runtime.GOOS,
 		Arch:       runtime.GOARCH,
 		GoVersion:  runtime.Version(),
+		LoadAvg:    loadAvg(),
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
@@ -159,8 +178,9 @@ func (r *report) markdown(cmdline string) string {
 	m := r.Machine
 	fmt.Fprintf(&b, "# Peer comparison, %d-byte messages\n\n", r.Size)
 	fmt.Fprintf(&b, "Run %s: `%s`\n\n", r.Started, cmdline)
-	fmt.Fprintf(&b, "Machine: %s, %d cores (GOMAXPROCS %d), %s/%s, kernel %s, %s.\n\n",
-		orUnknown(m.CPU), m.Cores, m.GOMAXPROCS, m.OS, m.Arch, orUnknown(m.Kernel), m.GoVersion)
+	fmt.Fprintf(&b, "Machine: %s, %d cores (GOMAXPROCS %d), %s/%s, kernel %s, %s; load average %s at the start, %s at the end.\n\n",
+		orUnknown(m.CPU), m.Cores, m.GOMAXPROCS, m.OS, m.Arch, orUnknown(m.Kernel), m.GoVersion,
+		orUnknown(m.LoadAvg), orUnknown(m.LoadAvgEnd))
 	fmt.Fprintf(&b, "One stream over loopback, peers run one after another (%s), %d round(s), "+
 		"%s of throughput per peer per round after a warm-up; throughput is the median over rounds "+
 		"and counts payload bytes only. Latency is the round trip of one message echoed back, "+
