@@ -22,6 +22,10 @@ func init() {
 
 func (p *tcpPeer) Name() string { return "tcp" }
 
+func (p *tcpPeer) about() string {
+	return "plain TCP; the writer fills 64 KiB buffers of length-prefixed messages, the reader reads 64 KiB at a time and checks every message. The ceiling."
+}
+
 // tcpPair returns both ends of a fresh loopback connection; closing them is the caller's.
 // The connections are closed when ctx ends so that blocked reads and writes return.
 func tcpPair(ctx context.Context) (client, server *net.TCPConn, stop func(), err error) {
@@ -59,10 +63,6 @@ func tcpPair(ctx context.Context) (client, server *net.TCPConn, stop func(), err
 		server.Close()
 	}
 	return client, server, stop, nil
-}
-
-func (p *tcpPeer) about() string {
-	return "plain TCP; the writer fills 64 KiB buffers of length-prefixed messages, the reader reads 64 KiB at a time and checks every message. The ceiling."
 }
 
 func (p *tcpPeer) Throughput(ctx context.Context, size int, d time.Duration) (int64, time.Duration, error) {
