@@ -1,0 +1,5 @@
+//go:build race
+
+package lossdetect
+
+const raceEnabled = true

@@ -1,0 +1,162 @@
+package lossdetect
+
+import "math"
+
+// ReceiverStats counts what a [Receiver] saw.
+type ReceiverStats struct {
+	Accepted    uint64 // data accepted
+	Duplicates  uint64 // data below next
+	Gaps        uint64 // data above next
+	Stale       uint64 // data, requests and opens of an older epoch
+	Unopened    uint64 // data and requests of an epoch not opened yet
+	Invalid     uint64 // data with a seq that cannot exist
+	Opens       uint64 // OPENs accepted (including repeats and reconnects)
+	Resets      uint64 // OPENs that started a new epoch
+	AckRequests uint64 // ACKREQUESTs accepted
+	Acks        uint64 // acks returned by Answer
+}
+
+// Receiver is the target side of one channel (source task, target task): it
+// fences epochs, accepts only the next expected seq, and answers ACKREQUESTs
+// and OPENs once the task has consumed everything accepted. Its zero value is
+// not usable; create it with [NewReceiver].
+//
+// Typical use on the target's event loop: feed every incoming OPEN, DATA and
+// ACKREQUEST to OnOpen, OnData, OnAckRequest (deliver DATA to the task only on
+// [Accept]); report consumption with Consumed; after each of these, call
+// Answer until it returns false and send the acks it returns.
+//
+// A Receiver is not safe for concurrent use.
+type Receiver struct {
+	open     bool // an OPEN has set epoch and next
+	epoch    uint64
+	next     uint64 // next expected seq
+	consumed uint64 // the task has consumed every message below it
+	count    uint64 // accepted since the previous answer
+
+	reqPending  bool
+	reqSeq      uint64
+	openPending bool
+	openSeq     uint64
+
+	stats ReceiverStats
+}
+
+// NewReceiver returns a Receiver that has not seen any OPEN: it drops data and
+// requests as [Unopened] until one arrives.
+func NewReceiver() *Receiver { return &Receiver{} }
+
+// Epoch is the highest epoch opened so far (0 before any OPEN).
+func (r *Receiver) Epoch() uint64 { return r.epoch }
+
+// Next is the next seq expected in the current epoch.
+func (r *Receiver) Next() uint64 { return r.next }
+
+// IsOpen reports whether an OPEN has been accepted.
+func (r *Receiver) IsOpen() bool { return r.open }
+
+// Stats returns the counters.
+func (r *Receiver) Stats() ReceiverStats { return r.stats }
+
+// check fences an incoming message's epoch and counts the drop.
+func (r *Receiver) check(epoch uint64) (Verdict, bool) {
+	switch {
+	case r.open && epoch < r.epoch:
+		r.stats.Stale++
+		return Stale, false
+	case !r.open || epoch > r.epoch:
+		r.stats.Unopened++
+		return Unopened, false
+	}
+	return Accept, true
+}
+
+// OnOpen applies an OPEN(epoch, firstSeq). An older epoch is [Stale]. A first
+// or higher epoch resets the channel: next and consumed become firstSeq, and a
+// pending request of the old epoch is forgotten. The current epoch (a
+// reconnect) keeps next: the source resumes from it. In every accepted case an
+// Open ack becomes pending (see [Receiver.Answer]).
+func (r *Receiver) OnOpen(epoch, firstSeq uint64) Verdict {
+	if r.open && epoch < r.epoch {
+		r.stats.Stale++
+		return Stale
+	}
+	if !r.open || epoch > r.epoch {
+		if r.open {
+			r.stats.Resets++
+		}
+		r.open, r.epoch = true, epoch
+		r.next, r.consumed, r.count = firstSeq, firstSeq, 0
+		r.reqPending = false
+	}
+	r.stats.Opens++
+	r.openPending, r.openSeq = true, firstSeq
+	return Accept
+}
+
+// OnData decides about one DATA(epoch, seq). Only [Accept] means the message
+// is to be delivered to the task; every other verdict means drop it.
+func (r *Receiver) OnData(epoch, seq uint64) Verdict {
+	if v, ok := r.check(epoch); !ok {
+		return v
+	}
+	switch {
+	case seq < r.next:
+		r.stats.Duplicates++
+		return Duplicate
+	case seq > r.next:
+		r.stats.Gaps++
+		return Gap
+	case seq == math.MaxUint64: // next would wrap; window never assigns it
+		r.stats.Invalid++
+		return Invalid
+	}
+	r.next++
+	r.count++
+	r.stats.Accepted++
+	return Accept
+}
+
+// OnAckRequest records an ACKREQUEST(epoch, seq) to be answered. If one is
+// already pending, the higher seq is kept: a newer request supersedes.
+func (r *Receiver) OnAckRequest(epoch, seq uint64) Verdict {
+	if v, ok := r.check(epoch); !ok {
+		return v
+	}
+	r.stats.AckRequests++
+	if !r.reqPending || seq > r.reqSeq {
+		r.reqSeq = seq
+	}
+	r.reqPending = true
+	return Accept
+}
+
+// Consumed records that the task has consumed every message of the current
+// epoch below through. Values beyond Next() are clamped to it, and consumption
+// never goes backwards. The transport must not report consumption of messages
+// of an older epoch after an OPEN of a newer one.
+func (r *Receiver) Consumed(through uint64) {
+	through = min(through, r.next)
+	r.consumed = max(r.consumed, through)
+}
+
+// Answer returns the ack to send now, if an OPEN or ACKREQUEST is pending and
+// the task has consumed everything accepted, and clears that pending state.
+// An Open ack is returned before a request's ack; call Answer until it
+// returns false.
+func (r *Receiver) Answer() (Ack, bool) {
+	if !r.open || r.consumed < r.next || !(r.openPending || r.reqPending) {
+		return Ack{}, false
+	}
+	a := Ack{Epoch: r.epoch, Count: r.count, Next: r.next}
+	if r.openPending {
+		a.Open, a.ReqSeq = true, r.openSeq
+		r.openPending = false
+	} else {
+		a.ReqSeq = r.reqSeq
+		r.reqPending = false
+	}
+	r.count = 0
+	r.stats.Acks++
+	return a, true
+}
