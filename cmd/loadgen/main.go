@@ -6,6 +6,8 @@
 //	loadgen run [flags]          run a scenario in this process
 //	loadgen serve [flags]        receive from loadgen send, until interrupted
 //	loadgen send [flags]         send to a loadgen serve and wait until it confirms everything
+//	loadgen agent [flags]        run parts of a scenario for loadgen coordinate
+//	loadgen coordinate [flags]   run a scenario across hosts on agents and merge their reports
 //
 // Each command's -h lists its flags.
 package main
@@ -28,6 +30,8 @@ Usage:
   loadgen run   [flags]   run a scenario in this process (--scenario transport)
   loadgen serve [flags]   receive from 'loadgen send' until interrupted
   loadgen send  [flags]   send to a 'loadgen serve' and wait until it confirms everything
+  loadgen agent [flags]   run parts of a scenario for a 'loadgen coordinate' on another host
+  loadgen coordinate --agents A,B [flags]   run a scenario across hosts on agents, merge their reports
 
 Run 'loadgen <command> -h' for the flags of a command.
 Reports go to --out (default results/local/): report.json, report.md, latency.hgrm, SVG charts.
@@ -71,6 +75,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serveCmd(ctx, args[1:], stdout, stderr)
 	case "send":
 		return sendCmd(ctx, args[1:], stdout, stderr)
+	case "agent":
+		return agentCmd(ctx, args[1:], stdout, stderr)
+	case "coordinate":
+		return coordinateCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -1,0 +1,546 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/sluicehq/sluice/bench"
+)
+
+// The ways coordinate can fail because of one agent. An agentError wraps
+// one of them and names the agent.
+var (
+	errAgentUnreachable = errors.New("loadgen: agent unreachable")
+	errAgentLost        = errors.New("loadgen: agent's control connection broke (did it die?)")
+	errAgentSilent      = errors.New("loadgen: agent stopped reporting (is it hung?)")
+	errAgentFailed      = errors.New("loadgen: agent failed")
+)
+
+// agentError is a failure of one agent during one phase of a run.
+type agentError struct {
+	Agent string // its control address
+	Role  string // "receiver", "sender 1", ...
+	Phase string // "connecting", "preparing", "running", ...
+	Err   error
+}
+
+func (e *agentError) Error() string {
+	return fmt.Sprintf("agent %s (%s), while %s: %v", e.Agent, e.Role, e.Phase, e.Err)
+}
+
+func (e *agentError) Unwrap() error { return e.Err }
+
+// Topologies: who sends to whom.
+const (
+	// topoFanIn: the first agent receives, every other agent sends to it.
+	topoFanIn = "fan-in"
+	// topoRing: every agent sends to the next one and receives from the
+	// previous one (with two agents: both directions at once).
+	topoRing = "ring"
+)
+
+// coordConfig is what coordinate runs.
+type coordConfig struct {
+	agents   []string
+	topology string
+	tc       transportConfig
+	// messages is how many each sender sends; 0: tc.duration decides.
+	messages         int64
+	startDelay       time.Duration
+	heartbeatTimeout time.Duration
+	connectTimeout   time.Duration
+}
+
+func (c *coordConfig) validate() error {
+	if len(c.agents) < 2 {
+		return fmt.Errorf("coordinate: --agents needs at least two agents, got %d", len(c.agents))
+	}
+	seen := map[string]bool{}
+	for _, a := range c.agents {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("coordinate: agent address %q: %w", a, err)
+		}
+		if seen[a] {
+			return fmt.Errorf("coordinate: agent %s listed twice", a)
+		}
+		seen[a] = true
+	}
+	if c.topology != topoFanIn && c.topology != topoRing {
+		return fmt.Errorf("coordinate: unknown topology %q (want %s or %s)", c.topology, topoFanIn, topoRing)
+	}
+	if c.messages < 0 {
+		return fmt.Errorf("coordinate: --messages must not be negative, got %d", c.messages)
+	}
+	if c.tc.faults != "" {
+		return errors.New("coordinate: --faults is for 'loadgen run'; inject faults into a local run instead")
+	}
+	if c.heartbeatTimeout <= 0 || c.connectTimeout <= 0 || c.startDelay < 0 {
+		return errors.New("coordinate: --heartbeat-timeout and --connect-timeout must be positive, --start-delay not negative")
+	}
+	tc := c.tc
+	if c.messages > 0 {
+		tc.duration = time.Hour // bounded by --messages
+	}
+	return tc.validate()
+}
+
+// remote is the coordinator's view of one agent.
+type remote struct {
+	addr   string
+	role   string
+	cc     *ctlConn
+	sendTo *remote // nil: does not send
+	index  int     // sender number
+
+	ready    agentReady
+	progress agentProgress
+	done     *agentDone
+	found    *agentFindings
+	finished bool // it answered bye
+}
+
+type ctlEvent struct {
+	from *remote
+	m    ctlMsg
+	err  error
+}
+
+// coordinator runs one distributed run.
+type coordinator struct {
+	cfg       coordConfig
+	stderr    io.Writer
+	remotes   []*remote
+	events    chan ctlEvent
+	delivered atomic.Int64 // over every receiver, from their heartbeats
+	sent      atomic.Int64 // over every agent, from their heartbeats
+}
+
+func (c *coordinator) logf(format string, args ...any) {
+	fmt.Fprintf(c.stderr, "loadgen coordinate: "+format+"\n", args...)
+}
+
+// assignRoles decides who sends to whom.
+func assignRoles(addrs []string, topology string) []*remote {
+	rs := make([]*remote, len(addrs))
+	for i, a := range addrs {
+		rs[i] = &remote{addr: a}
+	}
+	for i, r := range rs {
+		switch {
+		case topology == topoRing:
+			r.sendTo, r.index, r.role = rs[(i+1)%len(rs)], i, fmt.Sprintf("sender %d and receiver", i)
+		case i == 0:
+			r.role = "receiver"
+		default:
+			r.sendTo, r.index, r.role = rs[0], i, fmt.Sprintf("sender %d", i)
+		}
+	}
+	return rs
+}
+
+// senders returns the remotes that send.
+func (c *coordinator) senders() []*remote {
+	var out []*remote
+	for _, r := range c.remotes {
+		if r.sendTo != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// coordinate runs cfg on its agents and merges what they measured.
+func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, nil, err
+	}
+	c := &coordinator{cfg: cfg, stderr: stderr, remotes: assignRoles(cfg.agents, cfg.topology)}
+	if err := c.dial(ctx); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		// Closing the control connections aborts whatever the agents
+		// still run; they do not outlive a failed coordinator.
+		for _, r := range c.remotes {
+			r.cc.c.Close()
+		}
+	}()
+	c.events = make(chan ctlEvent, 16)
+	for _, r := range c.remotes {
+		go c.read(ctx, r)
+	}
+
+	senders := c.senders()
+	hb := min(max(cfg.heartbeatTimeout/5, 10*time.Millisecond), time.Second)
+	for _, r := range c.remotes {
+		p := agentPlan{
+			Version: ctlVersion, Size: cfg.tc.size, Channels: cfg.tc.channels, Connections: cfg.tc.connections,
+			Messages: cfg.messages, Duration: cfg.tc.duration, ConsumeRate: cfg.tc.consumeRate, Heartbeat: hb,
+		}
+		if r.sendTo != nil {
+			p.Rate = cfg.tc.rate / float64(len(senders))
+		} else {
+			p.Messages = 0
+		}
+		if err := c.send(r, "preparing", ctlMsg{Type: msgPlan, Plan: &p}); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := c.await(ctx, "preparing", msgReady, c.remotes); err != nil {
+		return nil, nil, err
+	}
+	for _, r := range c.remotes {
+		c.logf("agent %s (%s) ready, data on %s: %s", r.addr, r.role, r.ready.DataAddr, r.ready.Machine)
+	}
+
+	for _, r := range c.remotes {
+		m := ctlMsg{Type: msgConnect}
+		if r.sendTo != nil {
+			m.To, m.Index = reachableDataAddr(r.sendTo.ready.DataAddr, r.sendTo.addr), r.index
+		}
+		if err := c.send(r, "connecting to its receiver", m); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := c.await(ctx, "connecting to its receiver", msgConnected, c.remotes); err != nil {
+		return nil, nil, err
+	}
+
+	startAt := time.Now().Add(cfg.startDelay)
+	c.logf("%d sender(s) start at %s", len(senders), startAt.Format("15:04:05.000"))
+	for _, r := range c.remotes {
+		if err := c.send(r, "starting", ctlMsg{Type: msgStart, StartAt: startAt.UnixNano()}); err != nil {
+			return nil, nil, err
+		}
+	}
+	// The receivers' heartbeats carry counts, not histograms, so progress
+	// shows rates only; latency comes from the histograms gathered at the end.
+	prog := bench.NewProgress(nil, &c.delivered, nil)
+	if d := time.Until(startAt); d > 0 {
+		time.Sleep(d)
+	}
+	prog.Start()
+	stopPrint := c.printProgress()
+	err := c.await(ctx, "running", msgDone, senders)
+	stopPrint()
+	prog.Stop()
+	if err != nil {
+		return nil, nil, err
+	}
+
+	for _, r := range c.remotes {
+		var epochs []uint64
+		for _, s := range senders {
+			if s.sendTo == r {
+				epochs = append(epochs, s.ready.Epoch)
+			}
+		}
+		if err := c.send(r, "collecting", ctlMsg{Type: msgCollect, Epochs: epochs}); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := c.await(ctx, "collecting", msgFindings, c.remotes); err != nil {
+		return nil, nil, err
+	}
+	report, rec := c.report(startAt, prog)
+	for _, r := range c.remotes {
+		if err := c.send(r, "finishing", ctlMsg{Type: msgBye}); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := c.await(ctx, "finishing", msgBye, c.remotes); err != nil {
+		return nil, nil, err
+	}
+	return report, rec, nil
+}
+
+// printProgress prints, once a second until stopped, what the agents'
+// latest heartbeats say.
+func (c *coordinator) printProgress() (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		start := time.Now()
+		prev := c.delivered.Load()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-t.C:
+				d := c.delivered.Load()
+				fmt.Fprintf(c.stderr, "t=%.0fs  delivered %d  rate %.0f msgs/s  sent %d\n",
+					now.Sub(start).Seconds(), d, float64(d-prev), c.sent.Load())
+				prev = d
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// dial connects to every agent at once and names each one it cannot reach.
+func (c *coordinator) dial(ctx context.Context) error {
+	errs := make([]error, len(c.remotes))
+	done := make(chan int)
+	for i, r := range c.remotes {
+		go func() {
+			d := net.Dialer{Timeout: c.cfg.connectTimeout}
+			conn, err := d.DialContext(ctx, "tcp", r.addr)
+			if err != nil {
+				errs[i] = &agentError{Agent: r.addr, Role: r.role, Phase: "connecting",
+					Err: fmt.Errorf("%w: %v (is 'loadgen agent --listen %s' running there?)", errAgentUnreachable, err, r.addr)}
+			} else {
+				r.cc = newCtlConn(conn)
+			}
+			done <- i
+		}()
+	}
+	for range c.remotes {
+		<-done
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, r := range c.remotes {
+			if r.cc != nil {
+				r.cc.c.Close()
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// read turns r's control lines into events until the connection fails or
+// stays silent for the heartbeat timeout.
+func (c *coordinator) read(ctx context.Context, r *remote) {
+	for {
+		m, err := r.cc.recv(c.cfg.heartbeatTimeout)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				err = fmt.Errorf("%w: nothing heard for %v", errAgentSilent, c.cfg.heartbeatTimeout)
+			} else {
+				err = fmt.Errorf("%w: %v", errAgentLost, err)
+			}
+		}
+		select {
+		case c.events <- ctlEvent{from: r, m: m, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (c *coordinator) send(r *remote, phase string, m ctlMsg) error {
+	if err := r.cc.send(m); err != nil {
+		return &agentError{Agent: r.addr, Role: r.role, Phase: phase, Err: fmt.Errorf("%w: %v", errAgentLost, err)}
+	}
+	return nil
+}
+
+// await handles events until every remote in set has sent a message of type
+// want, and fails on the first agent that breaks, goes silent or reports a
+// failure. Heartbeats update the progress counters on the way.
+func (c *coordinator) await(ctx context.Context, phase, want string, set []*remote) error {
+	pending := map[*remote]bool{}
+	for _, r := range set {
+		pending[r] = true
+	}
+	for len(pending) > 0 {
+		var ev ctlEvent
+		select {
+		case ev = <-c.events:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		r := ev.from
+		fail := func(err error) error { return &agentError{Agent: r.addr, Role: r.role, Phase: phase, Err: err} }
+		if ev.err != nil {
+			if r.finished {
+				continue // it said bye and closed its end
+			}
+			return fail(ev.err)
+		}
+		m := ev.m
+		switch {
+		case m.Type == msgProgress && m.Progress != nil:
+			r.progress = *m.Progress
+			var delivered, sent int64
+			for _, x := range c.remotes {
+				delivered += x.progress.Delivered
+				sent += x.progress.Sent
+			}
+			c.delivered.Store(delivered)
+			c.sent.Store(sent)
+			continue
+		case m.Type == msgError:
+			return fail(fmt.Errorf("%w: %s", errAgentFailed, m.Error))
+		case m.Type != want || !pending[r]:
+			return fail(fmt.Errorf("%w %q, want %q", errCtlUnexpected, m.Type, want))
+		}
+		switch {
+		case want == msgReady && m.Ready != nil:
+			r.ready = *m.Ready
+		case want == msgDone && m.Done != nil:
+			r.done = m.Done
+		case want == msgFindings && m.Findings != nil:
+			r.found = m.Findings
+		case want == msgConnected:
+		case want == msgBye:
+			r.finished = true
+		default:
+			return fail(fmt.Errorf("%w: %q without its body", errCtlUnexpected, m.Type))
+		}
+		delete(pending, r)
+	}
+	return nil
+}
+
+// reachableDataAddr replaces an unspecified host in an agent's data address
+// ("0.0.0.0:7401", ":7401") with the host the coordinator reached it at.
+func reachableDataAddr(data, ctl string) string {
+	host, port, err := net.SplitHostPort(data)
+	if err != nil {
+		return data
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if ch, _, err := net.SplitHostPort(ctl); err == nil {
+			return net.JoinHostPort(ch, port)
+		}
+	}
+	return data
+}
+
+// report merges every agent's findings into one report: counts add up per
+// sender, latency histograms merge, and each agent's machine is listed.
+func (c *coordinator) report(startAt time.Time, prog *bench.Progress) (*bench.Report, *bench.Recorder) {
+	cfg := c.cfg.tc.asMap()
+	delete(cfg, "faults")
+	delete(cfg, "seed")
+	cfg["topology"] = c.cfg.topology
+	if c.cfg.messages > 0 {
+		cfg["messages_per_sender"] = c.cfg.messages
+		delete(cfg, "duration")
+	}
+	var agents []map[string]any
+	for _, r := range c.remotes {
+		agents = append(agents, map[string]any{"control": r.addr, "data": r.ready.DataAddr, "role": r.role, "machine": r.ready.Machine})
+	}
+	cfg["agents"] = agents
+	report := bench.NewReport("transport-distributed", cfg)
+	report.StartedAt = startAt.UTC()
+	rec := bench.NewRecorder()
+	var bytes int64
+	var elapsed time.Duration
+	var failures []string
+	for _, s := range c.senders() {
+		f := s.sendTo.found.BySender[s.ready.Epoch]
+		d := s.done
+		report.MessagesSent += d.Sent
+		report.MessagesDelivered += f.Delivered
+		report.Duplicates += f.Duplicates
+		report.Lost += max(d.Sent-f.Delivered, f.Gaps)
+		report.Resent += d.Resent
+		bytes += f.Bytes
+		elapsed = max(elapsed, d.Elapsed)
+		var p99 float64
+		if f.Latency != nil {
+			h := hdrhistogram.Import(f.Latency)
+			rec.MergeHistogram(h)
+			p99 = bench.LatencyOf(h).P99
+		}
+		report.Notes = append(report.Notes, fmt.Sprintf("%s -> %s: %d sent, %d delivered, %d duplicates, %d missing, p99 %.1f µs, started %v late",
+			s.addr, s.sendTo.addr, d.Sent, f.Delivered, f.Duplicates, f.Gaps, p99, d.Late.Round(time.Microsecond)))
+		if d.Err != "" {
+			failures = append(failures, fmt.Sprintf("%s (%s): %s", s.addr, s.role, d.Err))
+		}
+	}
+	var clamped int64
+	for _, r := range c.remotes {
+		report.WireBytes += r.found.WireOut
+		clamped += r.found.Clamped
+		report.Notes = append(report.Notes, fmt.Sprintf("agent %s (%s): %s", r.addr, r.role, r.ready.Machine))
+	}
+	report.DurationS = elapsed.Seconds()
+	report.Timeline = prog.Samples()
+	report.Finish(rec)
+	if elapsed > 0 {
+		report.ThroughputBytesPerS = float64(bytes) / elapsed.Seconds()
+	}
+	ok := len(failures) == 0 && report.Duplicates == 0 && report.Lost == 0 && report.MessagesDelivered == report.MessagesSent
+	report.ExactlyOnce = &ok
+	for _, f := range failures {
+		report.Notes = append(report.Notes, "sender failed: "+f)
+	}
+	if clamped > 0 {
+		report.Notes = append(report.Notes, fmt.Sprintf("%d latencies were beyond the histogram's range and clamped", clamped))
+	}
+	report.Notes = append(report.Notes,
+		"latency is one-way, measured by each receiver against the send times in the payloads; across hosts it is only as good as their clock synchronisation",
+		"duration runs from the common start time to the last sender's last acknowledgement; machine is the coordinator's, the agents' are listed above and in config.agents")
+	return report, rec
+}
+
+func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("coordinate", "Runs a scenario across hosts on 'loadgen agent's: sends each agent its part,\n"+
+		"starts them together, watches their heartbeats, gathers their histograms and\n"+
+		"merges them into one report. Fails, naming the agent, when one is unreachable,\n"+
+		"dies or goes silent. Give the agents by addresses they can reach each other at.", stderr)
+	agents := fs.String("agents", "", "comma-separated control addresses of the agents, e.g. 10.0.0.1:7500,10.0.0.2:7500")
+	scenario := fs.String("scenario", "transport", "scenario to run: transport")
+	topology := fs.String("topology", topoFanIn, "fan-in: the first agent receives from all others; ring: each agent sends to the next")
+	messages := fs.Int64("messages", 0, "messages each sender sends; 0: send for --duration")
+	startDelay := fs.Duration("start-delay", 500*time.Millisecond, "how far ahead of now the common start time is set, once every agent is connected")
+	hbTimeout := fs.Duration("heartbeat-timeout", 5*time.Second, "fail when an agent sends nothing for this long")
+	connectTimeout := fs.Duration("connect-timeout", 5*time.Second, "fail when an agent's control port does not answer within this")
+	var out outputFlags
+	out.register(fs)
+	var tc transportConfig
+	tc.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("coordinate: unexpected arguments %q", fs.Args())
+	}
+	if *scenario != "transport" {
+		return fmt.Errorf("coordinate: unknown scenario %q (want transport)", *scenario)
+	}
+	cfg := coordConfig{
+		topology: *topology, tc: tc, messages: *messages,
+		startDelay: *startDelay, heartbeatTimeout: *hbTimeout, connectTimeout: *connectTimeout,
+	}
+	for _, a := range strings.Split(*agents, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			cfg.agents = append(cfg.agents, a)
+		}
+	}
+	fmt.Fprintf(stderr, "loadgen coordinate: transport scenario on %d agents (%s): %d-byte messages, %s, rate %s, %d channel(s), %d connection(s)\n",
+		len(cfg.agents), cfg.topology, tc.size, amountString(cfg.messages, tc.duration), rateString(tc.rate), tc.channels, tc.connections)
+	report, rec, err := coordinate(ctx, cfg, stderr)
+	if err != nil {
+		return err
+	}
+	return finishReport(report, rec, out, stdout, stderr)
+}
+
+func amountString(messages int64, d time.Duration) string {
+	if messages > 0 {
+		return fmt.Sprintf("%d messages per sender", messages)
+	}
+	return d.String()
+}
