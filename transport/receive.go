@@ -71,7 +71,11 @@ func (rs *recvState) onAckRequest(c *conn, r wire.AckRequest) {
 // onRun checks a run's messages and hands the accepted ones to the target's
 // inbox. It runs on c's loop; msgs alias c's read buffer.
 func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []wire.Message) error {
-	d := getDelivery()
+	var size int
+	for i := range msgs {
+		size += len(msgs[i].Payload)
+	}
+	d := getDelivery(len(msgs), size)
 	d.rs, d.conn, d.ch = rs, c, ic.key
 	rs.mu.Lock()
 	for i := range msgs {
@@ -138,12 +142,22 @@ type delivery struct {
 
 var deliveryPool = sync.Pool{New: func() any { return new(delivery) }}
 
-func getDelivery() *delivery { return deliveryPool.Get().(*delivery) }
+// getDelivery returns a delivery with room for n messages of size bytes in
+// all. A queued delivery's memory is what it holds, not what a larger run
+// once needed: with ten thousand slow channels, each holding a message or
+// two, oversized pooled buffers would multiply the memory in inboxes.
+func getDelivery(n, size int) *delivery {
+	d := deliveryPool.Get().(*delivery)
+	if cap(d.buf) < size || cap(d.buf) > 2*size+512 {
+		d.buf = make([]byte, 0, size)
+	}
+	if cap(d.msgs) < n || cap(d.msgs) > 2*n+8 {
+		d.msgs = make([]wire.Message, 0, n)
+	}
+	return d
+}
 
 func putDelivery(d *delivery) {
-	if cap(d.buf) > 1<<20 {
-		d.buf = nil
-	}
 	clear(d.msgs)
 	d.msgs, d.buf = d.msgs[:0], d.buf[:0]
 	d.rs, d.conn, d.bytes = nil, nil, 0
@@ -153,20 +167,10 @@ func putDelivery(d *delivery) {
 func (d *delivery) add(m wire.Message) {
 	off := len(d.buf)
 	d.buf = append(d.buf, m.Payload...)
-	// Payload slices are fixed after the run is complete (see seal), as
-	// append may move buf.
+	// buf has room for the whole run (getDelivery), so append never moves
+	// it and earlier payload slices stay valid.
 	d.msgs = append(d.msgs, wire.Message{Ts: m.Ts, Payload: d.buf[off:len(d.buf):len(d.buf)]})
 	d.bytes += len(m.Payload)
-}
-
-// seal points every payload into the final buffer.
-func (d *delivery) seal() {
-	off := 0
-	for i := range d.msgs {
-		n := len(d.msgs[i].Payload)
-		d.msgs[i].Payload = d.buf[off : off+n : off+n]
-		off += n
-	}
 }
 
 // inbox is a target task's queue of accepted runs. Its length is bounded by
@@ -191,7 +195,6 @@ func newInbox(target taskid.ID) *inbox {
 }
 
 func (in *inbox) push(d *delivery) {
-	d.seal()
 	in.mu.Lock()
 	in.mu.q = append(in.mu.q, d)
 	in.mu.Unlock()

@@ -134,8 +134,8 @@ type record struct {
 
 // Initial ring sizes; both rings double on demand up to the configured bound.
 const (
-	initialRecords = 64
-	initialBytes   = 4 << 10
+	initialRecords = 16
+	initialBytes   = 1 << 10
 )
 
 // Sender is the source side of one channel's window. Create it with

@@ -120,14 +120,17 @@ func (k *checker) observe(ch int, msgs []wire.Message, now int64, rec *bench.Rec
 }
 
 // limiter paces consumption to a rate, shared by every receiving task.
+// Once lifted, consumption runs free, so that the backlog drains after the
+// measured part of a run.
 type limiter struct {
-	rate float64
-	mu   sync.Mutex
-	next int64
+	rate   float64
+	lifted atomic.Bool
+	mu     sync.Mutex
+	next   int64
 }
 
 func (l *limiter) wait(n int) {
-	if l == nil {
+	if l == nil || l.lifted.Load() {
 		return
 	}
 	l.mu.Lock()
@@ -202,6 +205,7 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	prog := bench.NewProgress(stderr, &chk.delivered, rec)
 	start := time.Now()
 	prog.Start()
+	mem := startMemSampler()
 	var sent int64
 	var sendErr error
 	if cfg.rate > 0 {
@@ -212,6 +216,12 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	if sendErr != nil && !errors.Is(sendErr, context.Canceled) {
 		prog.Stop()
 		return nil, nil, sendErr
+	}
+	sendEnd := time.Since(start)
+	report.Notes = append(report.Notes, mem.stop())
+	if lim != nil {
+		lim.lifted.Store(true)
+		report.Notes = append(report.Notes, fmt.Sprintf("consumption was limited to %.0f msgs/s while sending (%.1f s), then ran free to drain the backlog", cfg.consumeRate, sendEnd.Seconds()))
 	}
 	// Wait until the receiver has consumed and acknowledged everything.
 	drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout(cfg))
@@ -252,13 +262,7 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	return report, rec, nil
 }
 
-func drainTimeout(cfg transportConfig) time.Duration {
-	d := 30 * time.Second
-	if cfg.consumeRate > 0 {
-		d += 2 * time.Minute
-	}
-	return d
-}
+func drainTimeout(transportConfig) time.Duration { return 2 * time.Minute }
 
 func faultMap(stats ...transport.FaultStats) map[string]int64 {
 	m := map[string]int64{}

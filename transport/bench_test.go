@@ -1,0 +1,183 @@
+package transport
+
+import (
+	"bufio"
+	"fmt"
+	"context"
+	"encoding/binary"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/lossdetect"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/window"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// The benchmarks here move 100-byte messages over loopback. Compare them
+// with BenchmarkPlainTCPIdealBatching from the same run: plain TCP writing
+// ideal 64 KiB batches of length-prefixed messages is the ceiling.
+
+const benchSize = 100
+
+// BenchmarkPlainTCPIdealBatching is the baseline: a writer fills 64 KiB
+// buffers with 4-byte length prefixed messages and writes them; a reader
+// parses every message.
+func BenchmarkPlainTCPIdealBatching(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- 0
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReaderSize(c, 64<<10)
+		var n int64
+		var hdr [4]byte
+		for {
+			if _, err := io.ReadFull(r, hdr[:]); err != nil {
+				got <- n
+				return
+			}
+			l := int(binary.BigEndian.Uint32(hdr[:]))
+			if _, err := r.Discard(l); err != nil {
+				got <- n
+				return
+			}
+			n++
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	msg := make([]byte, benchSize)
+	buf := make([]byte, 0, 64<<10)
+	b.SetBytes(benchSize)
+	b.ReportAllocs()
+	start := time.Now()
+	for b.Loop() {
+		if len(buf)+4+benchSize > cap(buf) {
+			if _, err := c.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+			buf = buf[:0]
+		}
+		buf = binary.BigEndian.AppendUint32(buf, benchSize)
+		buf = append(buf, msg...)
+	}
+	if _, err := c.Write(buf); err != nil {
+		b.Fatal(err)
+	}
+	c.Close()
+	n := <-got
+	if n != int64(b.N) {
+		b.Fatalf("received %d of %d", n, b.N)
+	}
+	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+}
+
+func benchTransport(b *testing.B, channels int, rxOpts, txOpts []Option) {
+	rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0")}, rxOpts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rx.Abort()
+	tx, err := NewNode(txOpts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tx.Abort()
+	var delivered atomic.Int64
+	rx.HandleAll(func(taskid.ID) Handler {
+		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) { delivered.Add(int64(len(msgs))) }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p, _ := tx.Peer(rx.Addr())
+	if err := p.WaitConnected(ctx); err != nil {
+		b.Fatal(err)
+	}
+	senders := make([]*Sender, channels)
+	for i := range senders {
+		if senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	msg := make([]byte, benchSize)
+	b.SetBytes(benchSize)
+	b.ReportAllocs()
+	start := time.Now()
+	i := 0
+	for b.Loop() {
+		// Visit channels in turn, skipping those without credit, as an
+		// engine with many outputs would.
+		for {
+			s := senders[i%channels]
+			i++
+			err := s.TrySend(0, msg)
+			if err == nil {
+				break
+			}
+			if i%channels == 0 {
+				if err := s.Send(ctx, 0, msg); err != nil {
+					b.Fatal(err)
+				}
+				break
+			}
+		}
+	}
+	for _, s := range senders {
+		if err := s.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if got := delivered.Load(); got != int64(b.N) {
+		b.Fatalf("delivered %d of %d", got, b.N)
+	}
+	wire := tx.Stats(false).Totals().WireOut + rx.Stats(false).Totals().WireOut
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(wire)/float64(b.N), "wireB/msg")
+}
+
+func BenchmarkTransport1Channel(b *testing.B) { benchTransport(b, 1, nil, nil) }
+
+func BenchmarkTransport100Channels(b *testing.B) { benchTransport(b, 100, nil, nil) }
+
+func BenchmarkTransport10000Channels(b *testing.B) { benchTransport(b, 10000, nil, nil) }
+
+// BenchmarkTransportLooseWindow makes flow control all but absent: a window
+// of a million messages, requests rarely. Its ratio to
+// BenchmarkTransport1Channel is the cost of flow control.
+func BenchmarkTransportLooseWindow(b *testing.B) {
+	w := window.DefaultConfig()
+	w.MaxMessages, w.MaxBytes = 1<<20, 60<<20
+	l := lossdetect.DefaultConfig()
+	benchTransport(b, 1, []Option{WithInboundBudget(128 << 20)}, []Option{WithWindow(w), WithLossDetect(l), WithPeerBudget(128 << 20)})
+}
+
+// BenchmarkTransportDataLoss5 drops 5% of DATA frames; go-back-N re-sends.
+func BenchmarkTransportDataLoss5(b *testing.B) {
+	benchTransport(b, 1, nil, []Option{WithFaults(Faults{Drop: 0.05, Seed: 1})})
+}
+
+func BenchmarkTransportWindowSweep(b *testing.B) {
+	for _, w := range []struct{ msgs, bytes int }{{1024, 256 << 10}, {4096, 1 << 20}, {8192, 1 << 20}, {16384, 2 << 20}} {
+		b.Run(fmt.Sprintf("%d-%dKiB", w.msgs, w.bytes>>10), func(b *testing.B) {
+			c := window.DefaultConfig()
+			c.MaxMessages, c.MaxBytes = w.msgs, w.bytes
+			benchTransport(b, 1, nil, []Option{WithWindow(c)})
+		})
+	}
+}

@@ -1,0 +1,77 @@
+package transport
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// BenchmarkTransportPingPong measures the round trip of one 100-byte
+// message there and back through two nodes, each way a channel of its own.
+// Compare with BenchmarkPlainTCPPingPong from the same run.
+func BenchmarkTransportPingPong(b *testing.B) {
+	a, err := NewNode(WithListen("127.0.0.1:0"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Abort()
+	z, err := NewNode(WithListen("127.0.0.1:0"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer z.Abort()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pz, _ := a.Peer(z.Addr())
+	pa, _ := z.Peer(a.Addr())
+	there, err := pz.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	back, err := pa.OpenSender(ctx, taskid.ID{Processor: 1}, taskid.ID{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = z.Handle(taskid.ID{Processor: 1}, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+		for _, m := range msgs {
+			_ = back.Send(ctx, m.Ts, m.Payload)
+		}
+	})
+	pong := make(chan struct{}, 1)
+	_ = a.Handle(taskid.ID{}, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+		for range msgs {
+			pong <- struct{}{}
+		}
+	})
+	msg := make([]byte, benchSize)
+	rtts := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		if pingGap > 0 {
+			time.Sleep(pingGap)
+		}
+		t0 := time.Now()
+		if err := there.Send(ctx, 0, msg); err != nil {
+			b.Fatal(err)
+		}
+		<-pong
+		rtts = append(rtts, time.Since(t0))
+	}
+	reportPercentiles(b, rtts)
+}
+
+var pingGap time.Duration
+
+func reportPercentiles(b *testing.B, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	at := func(p float64) float64 { return float64(d[min(len(d)-1, int(p*float64(len(d))))].Microseconds()) }
+	b.ReportMetric(at(0.5), "p50-µs")
+	b.ReportMetric(at(0.99), "p99-µs")
+	b.ReportMetric(at(0.999), "p99.9-µs")
+}
