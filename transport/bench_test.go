@@ -2,9 +2,9 @@ package transport
 
 import (
 	"bufio"
-	"fmt"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"sync/atomic"
