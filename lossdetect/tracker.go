@@ -326,7 +326,11 @@ func (t *Tracker) onOpenAck(now int64, a Ack) Outcome {
 	// An ack that overtook this one may have freed beyond a.Next already;
 	// the target has everything below Acked() either way.
 	resume := max(a.Next, t.w.Acked())
-	if t.waiting || resume < t.openSeq {
+	// Only a re-opened channel resumes from the target's next expected
+	// seq. A new channel sends right after its OPEN, and a slow target may
+	// answer the OPEN, or a repeat of it, long after more data went out:
+	// that data is not lost, and loss in it is found by AckRequests.
+	if t.waiting {
 		t.rewind(resume, &out)
 	}
 	t.waiting, t.openOut = false, false

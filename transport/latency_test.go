@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/wire"
 )
@@ -74,4 +75,54 @@ func reportPercentiles(b *testing.B, d []time.Duration) {
 	b.ReportMetric(at(0.5), "p50-µs")
 	b.ReportMetric(at(0.99), "p99-µs")
 	b.ReportMetric(at(0.999), "p99.9-µs")
+}
+
+// BenchmarkTransportFixedRate100k sends 100-byte messages at a fixed
+// 100,000 msgs/s on one channel and reports the latency from each message's
+// intended send time to its delivery (no coordinated omission). b.N is the
+// number of messages.
+func BenchmarkTransportFixedRate100k(b *testing.B) {
+	benchFixedRate(b, 100_000, nil)
+}
+
+func benchFixedRate(b *testing.B, rate float64, txOpts []Option) {
+	rx, err := NewNode(WithListen("127.0.0.1:0"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rx.Abort()
+	tx, err := NewNode(txOpts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tx.Abort()
+	lat := make([]time.Duration, 0, b.N)
+	done := make(chan struct{})
+	n := b.N
+	_ = rx.Handle(taskid.ID{Processor: 1}, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+		now := bench.Now()
+		for _, m := range msgs {
+			lat = append(lat, time.Duration(now-m.Ts))
+		}
+		if len(lat) == n {
+			close(done)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, _ := tx.Peer(rx.Addr())
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	msg := make([]byte, benchSize)
+	b.ResetTimer()
+	_, err = bench.FixedRate{Rate: rate, Count: int64(n)}.Run(ctx, func(ctx context.Context, _ int64, intended int64) error {
+		return s.Send(ctx, intended, msg)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	<-done
+	reportPercentiles(b, lat)
 }
