@@ -64,7 +64,7 @@ func BenchmarkTransportPingPong(b *testing.B) {
 	reportPercentiles(b, rtts)
 }
 
-var pingGap time.Duration
+var pingGap, spinBelow time.Duration
 
 func reportPercentiles(b *testing.B, d []time.Duration) {
 	if len(d) == 0 {
@@ -117,7 +117,7 @@ func benchFixedRate(b *testing.B, rate float64, txOpts []Option) {
 	}
 	msg := make([]byte, benchSize)
 	b.ResetTimer()
-	_, err = bench.FixedRate{Rate: rate, Count: int64(n)}.Run(ctx, func(ctx context.Context, _ int64, intended int64) error {
+	res, err := bench.FixedRate{Rate: rate, Count: int64(n), Clock: bench.RealClock{SpinBelow: spinBelow}}.Run(ctx, func(ctx context.Context, _ int64, intended int64) error {
 		return s.Send(ctx, intended, msg)
 	})
 	if err != nil {
@@ -125,4 +125,5 @@ func benchFixedRate(b *testing.B, rate float64, txOpts []Option) {
 	}
 	<-done
 	reportPercentiles(b, lat)
+	b.ReportMetric(float64(res.MaxLagNS)/1e3, "driver-max-lag-µs")
 }
