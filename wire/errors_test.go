@@ -65,7 +65,7 @@ func TestDecodeFrameRejects(t *testing.T) {
 		want    error
 	}{
 		{"a frame of type 0", frameOf(0, 1), 0, ErrUnknownFrame},
-		{"a frame of type 9, from a newer peer", frameOf(9), 0, ErrUnknownFrame},
+		{"a frame of type 10, from a newer peer", frameOf(10), 0, ErrUnknownFrame},
 		{"a frame of type 255", frameOf(255, 1, 2, 3), 0, ErrUnknownFrame},
 		{"a header declaring 4 MiB + 1 under the default limit, before any body arrives", header(FrameData, DefaultMaxFrame+1), 0, ErrFrameTooLarge},
 		{"a header declaring 4 GiB - 1", header(FrameOpen, 1<<32-1), 1 << 40, ErrNeedMore},
@@ -141,6 +141,11 @@ func TestParseRejectsMalformedBodies(t *testing.T) {
 		{"a GOAWAY whose message is longer than 1024 bytes", FrameGoAway, cat([]byte{1, 0x81, 0x08}, make([]byte, 1025)), ErrOverrun, 1},
 		{"a GOAWAY with bytes after its message", FrameGoAway, []byte{0, 1, 'a', 'b'}, ErrTrailing, 3},
 		{"a GOAWAY whose code overflows 32 bits", FrameGoAway, cat(over32, []byte{0}), ErrVarint, 0},
+		{"an empty AUTH body", FrameAuth, nil, ErrOverrun, 0},
+		{"an AUTH whose value is one byte short", FrameAuth, cat([]byte{byte(AuthProof)}, make([]byte, AuthValueLen-1)), ErrOverrun, 0},
+		{"an AUTH with a byte after its value", FrameAuth, cat([]byte{byte(AuthChallenge)}, make([]byte, AuthValueLen+1)), ErrTrailing, AuthBodyLen},
+		{"an AUTH of step 0", FrameAuth, make([]byte, AuthBodyLen), ErrReserved, 0},
+		{"an AUTH of step 3", FrameAuth, cat([]byte{3}, make([]byte, AuthValueLen)), ErrReserved, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,9 +21,10 @@ const (
 	FramePing       FrameType = 6 // liveness probe carrying an opaque value
 	FramePong       FrameType = 7 // echoes a PING's value
 	FrameGoAway     FrameType = 8 // the sender is closing the connection, and why
+	FrameAuth       FrameType = 9 // one step of the authentication exchange; only between two FlagAuth prefaces
 )
 
-const maxFrameType = FrameGoAway
+const maxFrameType = FrameAuth
 
 var frameNames = [...]string{
 	FrameOpen:       "OPEN",
@@ -34,10 +35,11 @@ var frameNames = [...]string{
 	FramePing:       "PING",
 	FramePong:       "PONG",
 	FrameGoAway:     "GOAWAY",
+	FrameAuth:       "AUTH",
 }
 
 // String returns the type's name as SPEC.md spells it, "DATA" for example,
-// or "FrameType(9)" for a type this version does not know.
+// or "FrameType(10)" for a type this version does not know.
 func (t FrameType) String() string {
 	if t >= 1 && t <= maxFrameType {
 		return frameNames[t]

@@ -36,6 +36,8 @@ func roundTripCases() []struct {
 		{"a PING of 0", ping(0)},
 		{"a PING of the largest value", ping(math.MaxUint64)},
 		{"a PONG", pong(0x0123456789abcdef)},
+		{"an AUTH challenge of zeros", Auth{Step: AuthChallenge}},
+		{"an AUTH proof of 0xff bytes", Auth{Step: AuthProof, Value: [AuthValueLen]byte(bytes.Repeat([]byte{0xff}, AuthValueLen))}},
 		{"a GOAWAY with no message", GoAway{}},
 		{"a GOAWAY with a message", GoAway{Code: GoAwayProtocolError, Message: "wire: checksum mismatch"}},
 		{"a GOAWAY with an unknown code and a message of the maximum length", GoAway{Code: math.MaxUint32, Message: strings.Repeat("x", MaxGoAwayMessage)}},
@@ -175,7 +177,7 @@ func TestEveryPrefixOfAValidPrefaceNeedsMore(t *testing.T) {
 
 func TestFrameTypeAndGoAwayCodeNames(t *testing.T) {
 	want := map[FrameType]string{FrameOpen: "OPEN", FrameClose: "CLOSE", FrameData: "DATA", FrameAckRequest: "ACKREQUEST",
-		FrameAck: "ACK", FramePing: "PING", FramePong: "PONG", FrameGoAway: "GOAWAY", 0: "FrameType(0)", 9: "FrameType(9)"}
+		FrameAck: "ACK", FramePing: "PING", FramePong: "PONG", FrameGoAway: "GOAWAY", FrameAuth: "AUTH", 0: "FrameType(0)", 10: "FrameType(10)"}
 	for ft, s := range want {
 		if ft.String() != s {
 			t.Errorf("FrameType(%d).String() = %q, want %q", uint8(ft), ft.String(), s)
@@ -250,5 +252,13 @@ func TestTheChecksumIsCRC32CBigEndian(t *testing.T) {
 	}
 	if got := f[2:6]; !bytes.Equal(got, []byte{0, 0, 0, 9}) {
 		t.Fatalf("the header's length field is %x, want 00000009", got)
+	}
+}
+
+func TestAuthStepNames(t *testing.T) {
+	for s, want := range map[AuthStep]string{AuthChallenge: "CHALLENGE", AuthProof: "PROOF", 0: "AuthStep(0)", 3: "AuthStep(3)"} {
+		if s.String() != want {
+			t.Errorf("AuthStep(%d).String() = %q, want %q", uint8(s), s.String(), want)
+		}
 	}
 }

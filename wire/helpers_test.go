@@ -39,6 +39,8 @@ func appendValue(dst []byte, v any) []byte {
 		return AppendPong(dst, uint64(v))
 	case GoAway:
 		return AppendGoAway(dst, v)
+	case Auth:
+		return AppendAuth(dst, v)
 	case batch:
 		dst, start := BeginFrame(dst, FrameData, v.Flags)
 		for _, r := range v.Runs {
@@ -80,6 +82,8 @@ func parseFrame(f Frame) (any, error) {
 		return pong(v), err
 	case FrameGoAway:
 		return ParseGoAway(f.Body)
+	case FrameAuth:
+		return ParseAuth(f.Body)
 	case FrameData:
 		runs, err := readRuns(f.Body)
 		return batch{Flags: f.Flags, Runs: runs}, err
