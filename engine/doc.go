@@ -1,0 +1,62 @@
+// Package engine is Sluice's minimal task engine: it runs a small DAG of
+// tasks over the transport and makes the whole pipeline exactly-once under
+// link faults, task crashes and killed processes.
+//
+// # Pieces
+//
+// A [Job] is a DAG of processors, each with a parallelism; an [Edge] says
+// how a processor's output is spread over the next one's tasks (a
+// [Partitioner]: hash of the key, round robin, broadcast). A processor is
+// either a [Source], which reads records, or a [Task], which processes runs
+// of [Message]s and emits new ones through an [Emitter]. A task that keeps
+// state implements [Stateful]; a task or source that has a result at the
+// end of input implements [Finisher]. Every call works on a run of messages
+// (a slice), never one call per message.
+//
+// A [Worker] hosts the tasks placed on one node (one OS process, one
+// transport.Node). Data between tasks always travels over transport
+// channels, (source task, target task, generation) as channel epoch, even
+// between two tasks of one node. The [Coordinator] drives the workers: in
+// this process for one node, or over a JSON-lines control plane on the
+// stdin and stdout of `loadgen node` children (see [ServeWorker] and
+// [ProcessWorker]).
+//
+// # Exactly-once
+//
+// Sources give their records strictly increasing timestamps (for example the
+// record's position in the input) and can be positioned at a timestamp
+// ([Source.Start]). Each source task appends every run it reads to its
+// engine/store log before emitting it. Every task reports its minimum clock
+// to its worker: the least timestamp among its unacknowledged output (the
+// transport acknowledges a message only after the target's handler
+// returned), its state, and, for a source, the next record it may read. A
+// task reports before its handler returns, so its successor's report always
+// covers what it hands on before its predecessor's report lets go of it.
+// The coordinator polls the workers in rounds and keeps the global minimum
+// with engine/clock; with several processes it takes the least of the last
+// depth+1 complete rounds, because a message can slip between two nodes'
+// replies of one round only once per edge it crosses.
+//
+// Checkpoints are clock based, after Gearpump: a stateful task keeps a
+// checkpoint copy of its state holding exactly the messages with timestamp
+// < Tc beside its current state. Sources may only read below a horizon, the
+// next checkpoint time after Tc. When the global minimum reaches Tc, every
+// stateful task persists its checkpoint copy (engine/checkpoint), sources
+// fsync their logs, and, since no message at or beyond the horizon exists
+// yet, the checkpoint copy becomes a copy of the current state for the next
+// Tc; then the coordinator raises the horizon and sources delete log
+// segments older than Tc. The interval, in timestamp units, adapts so that
+// checkpoints come about every [Config.CheckpointEvery] of wall time.
+//
+// A task that panics or returns an error freezes the global clock and is
+// reported to the coordinator, which recovers the simplest correct way: it
+// stops every task, restores every stateful task from the newest common
+// checkpoint, restarts all tasks with a new generation (the channels' new
+// epoch fences off whatever the old one still sends), and the sources
+// replay their logs from the checkpoint's timestamp; restored tasks drop
+// with a timestamp filter what the checkpoint already holds. A
+// [RestartPolicy] bounds how often that may happen. Sinks produce their
+// output from their final state at the end of input ([Finisher]), so replay
+// never writes anything twice. Link faults are not failures: the transport
+// re-sends lost messages and drops duplicates on its own.
+package engine

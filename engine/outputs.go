@@ -1,0 +1,212 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"sync"
+
+	"github.com/sluicehq/sluice/engine/clock"
+	"github.com/sluicehq/sluice/transport"
+)
+
+// aggregator is a worker's view of its tasks' clocks: each task sets its
+// own slot, and the worker's clock is the least of them, read under the
+// same lock. Unlike clock.Service it is not monotone: a message arriving
+// from another node may legitimately lower this node's minimum.
+type aggregator struct {
+	mu     sync.Mutex
+	clocks []int64
+}
+
+func (a *aggregator) add() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.clocks = append(a.clocks, clock.Start)
+	return len(a.clocks) - 1
+}
+
+func (a *aggregator) set(slot int, v int64) {
+	a.mu.Lock()
+	a.clocks[slot] = v
+	a.mu.Unlock()
+}
+
+func (a *aggregator) min() int64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	m := clock.Idle
+	for _, c := range a.clocks {
+		m = min(m, c)
+	}
+	return m
+}
+
+// outputs are a task's outgoing channels and the bookkeeping of its clock:
+// for each channel, a monotone deque of (messages pushed through the end of
+// a run, least timestamp of the runs after the previous entry), so that the
+// least timestamp not yet acknowledged is the front once acknowledged runs
+// are popped.
+type outputs struct {
+	em    Emitter
+	sends [][]*transport.Sender // by edge, by target index
+	agg   *aggregator
+	slot  int
+
+	mu struct {
+		sync.Mutex
+		q      []ackQueue // by edge*targets flattened
+		low    int64      // sources: no later record is below; tasks: Idle
+		failed bool
+	}
+}
+
+type ackQueue struct {
+	s      *transport.Sender
+	pushed uint64
+	marks  []mark // minTs strictly increasing from the front
+	head   int
+}
+
+type mark struct {
+	end   uint64
+	minTs int64
+}
+
+func newOutputs(edges []outEdge, sends [][]*transport.Sender, agg *aggregator, low int64) *outputs {
+	o := &outputs{sends: sends, agg: agg}
+	o.em.edges = make([]emitEdge, len(edges))
+	for i, e := range edges {
+		o.em.edges[i] = emitEdge{part: e.part, targets: make([]outBuf, e.n)}
+		for _, s := range sends[i] {
+			o.mu.q = append(o.mu.q, ackQueue{s: s})
+		}
+	}
+	o.mu.low = low
+	o.slot = agg.add()
+	o.reportLocked()
+	return o
+}
+
+func (q *ackQueue) push(n int, minTs int64) {
+	q.pushed += uint64(n)
+	for len(q.marks) > q.head && q.marks[len(q.marks)-1].minTs >= minTs {
+		q.marks = q.marks[:len(q.marks)-1]
+	}
+	q.marks = append(q.marks, mark{end: q.pushed, minTs: minTs})
+}
+
+func (q *ackQueue) ack(acked uint64) {
+	for q.head < len(q.marks) && q.marks[q.head].end <= acked {
+		q.head++
+	}
+	if q.head == len(q.marks) {
+		q.marks, q.head = q.marks[:0], 0
+	} else if q.head > 1024 && q.head*2 > len(q.marks) {
+		q.marks = append(q.marks[:0], q.marks[q.head:]...)
+		q.head = 0
+	}
+}
+
+func (q *ackQueue) min() int64 {
+	if q.head < len(q.marks) {
+		return q.marks[q.head].minTs
+	}
+	return clock.Idle
+}
+
+// reportLocked publishes the task's clock to its worker.
+func (o *outputs) reportLocked() {
+	if o.mu.failed {
+		o.agg.set(o.slot, clock.Start)
+		return
+	}
+	m := o.mu.low
+	for i := range o.mu.q {
+		m = min(m, o.mu.q[i].min())
+	}
+	o.agg.set(o.slot, m)
+}
+
+// flush sends what the emitter collected, then records the runs and
+// reports the clock, with low as the task's new bound (math.MinInt64 keeps
+// the old one). It returns the number of messages sent.
+func (o *outputs) flush(ctx context.Context, low int64) (int, error) {
+	total := 0
+	k := 0
+	type sent struct {
+		q     int
+		n     int
+		minTs int64
+	}
+	var done [8]sent
+	runs := done[:0]
+	var err error
+	for e := range o.em.edges {
+		ed := &o.em.edges[e]
+		for t := range ed.targets {
+			b := &ed.targets[t]
+			qi := k
+			k++
+			if len(b.ts) == 0 || err != nil {
+				b.reset()
+				continue
+			}
+			s := o.sends[e][t]
+			start := 0
+			n := 0
+			for i, end := range b.ends {
+				if err = s.Send(ctx, b.ts[i], b.buf[start:end]); err != nil {
+					break
+				}
+				start = end
+				n++
+			}
+			if n > 0 {
+				runs = append(runs, sent{q: qi, n: n, minTs: b.minTs})
+			}
+			total += n
+			b.reset()
+		}
+	}
+	o.mu.Lock()
+	for _, r := range runs {
+		o.mu.q[r.q].push(r.n, r.minTs)
+	}
+	if low != math.MinInt64 {
+		o.mu.low = low
+	}
+	o.reportLocked()
+	o.mu.Unlock()
+	return total, err
+}
+
+// tick pops acknowledged runs and reports the clock.
+func (o *outputs) tick() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i := range o.mu.q {
+		q := &o.mu.q[i]
+		if q.head == len(q.marks) {
+			continue
+		}
+		st := q.s.Stats()
+		q.ack(st.Sent - uint64(st.Unacked))
+	}
+	o.reportLocked()
+}
+
+// fail freezes the task's clock until the coordinator recovers.
+func (o *outputs) fail() {
+	o.mu.Lock()
+	o.mu.failed = true
+	o.reportLocked()
+	o.mu.Unlock()
+}
+
+func (o *outputs) closeSenders() {
+	for _, ss := range o.sends {
+		for _, s := range ss {
+			_ = s.Close()
+		}
+	}
+}

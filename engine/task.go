@@ -1,0 +1,300 @@
+package engine
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/engine/clock"
+	"github.com/sluicehq/sluice/engine/store"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// taskRun is one generation of a processor or sink task. Its handler runs
+// on the transport's goroutine for the task; mu serializes it with the
+// worker's control calls (checkpoint, finish, stop).
+type taskRun struct {
+	inc  *incarnation
+	id   taskid.ID
+	out  *outputs
+	sink bool
+
+	crash atomic.Bool
+
+	mu        sync.Mutex
+	task      Task
+	state     Stateful // task as Stateful, nil if stateless
+	ckpt      Task     // the checkpoint copy: messages with Ts < target
+	ckptState Stateful
+	restore   int64 // the restore filter: messages below were in the checkpoint
+	target    int64 // the next checkpoint time
+	persisted int64 // the last checkpoint persisted; arrivals below it are late
+	stopped   bool
+	failed    bool
+	msgs      []Message
+	below     []Message
+	buf       []byte
+}
+
+func (t *taskRun) handle(msgs []wire.Message) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped || t.failed || t.inc.ctx.Err() != nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			t.failLocked(fmt.Errorf("panic: %v", r))
+		}
+	}()
+	if err := t.processLocked(msgs); err != nil {
+		t.failLocked(err)
+	}
+}
+
+func (t *taskRun) failLocked(err error) {
+	t.failed = true
+	t.out.fail()
+	t.inc.failed(t.id, err)
+}
+
+func (t *taskRun) processLocked(msgs []wire.Message) error {
+	w := t.inc.w
+	in := t.msgs[:0]
+	var filtered, late int64
+	for _, m := range msgs {
+		if m.Ts < t.restore {
+			filtered++
+			continue
+		}
+		dm, err := decodeMessage(m.Ts, m.Payload)
+		if err != nil {
+			return err
+		}
+		if m.Ts < t.persisted {
+			late++
+		}
+		in = append(in, dm)
+	}
+	t.msgs = in
+	if filtered > 0 {
+		w.filtered.Add(filtered)
+	}
+	if late > 0 {
+		w.late.Add(late)
+	}
+	if t.crash.Swap(false) {
+		w.crashes.Add(1)
+		panic(fmt.Sprintf("engine: injected crash of task %v", t.id))
+	}
+	if len(in) == 0 {
+		return nil
+	}
+	if err := t.task.Process(in, &t.out.em); err != nil {
+		return err
+	}
+	if t.ckpt != nil {
+		below := t.below[:0]
+		for _, m := range in {
+			if m.Ts < t.target {
+				below = append(below, m)
+			}
+		}
+		t.below = below
+		if len(below) > 0 {
+			if err := t.ckpt.Process(below, discard); err != nil {
+				return fmt.Errorf("checkpoint copy: %w", err)
+			}
+		}
+	}
+	if _, err := t.out.flush(t.inc.ctx, math.MinInt64); err != nil {
+		if t.inc.ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if t.sink {
+		w.processed.Add(int64(len(in)))
+	}
+	return nil
+}
+
+// copyState makes the checkpoint copy equal to the current state.
+func (t *taskRun) copyState() error {
+	b, err := t.state.Snapshot(t.buf[:0])
+	if err != nil {
+		return fmt.Errorf("engine: snapshot of %v: %w", t.id, err)
+	}
+	t.buf = b
+	if err := t.ckptState.Restore(b); err != nil {
+		return fmt.Errorf("engine: copying the state of %v: %w", t.id, err)
+	}
+	return nil
+}
+
+func (t *taskRun) checkpoint(persist bool, tc, next int64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.failed {
+		return fmt.Errorf("engine: task %v has failed", t.id)
+	}
+	if t.state == nil {
+		return nil
+	}
+	if persist {
+		b, err := t.ckptState.Snapshot(t.buf[:0])
+		if err != nil {
+			return fmt.Errorf("engine: snapshot of %v: %w", t.id, err)
+		}
+		t.buf = b
+		if err := t.inc.w.ckpts.Save(ckptName(t.id), tc, b); err != nil {
+			return err
+		}
+		t.persisted = tc
+	}
+	if err := t.copyState(); err != nil {
+		return err
+	}
+	t.target = next
+	return nil
+}
+
+// sourceRun is one generation of a source task, on its own goroutine.
+type sourceRun struct {
+	inc     *incarnation
+	id      taskid.ID
+	log     *store.Log
+	out     *outputs
+	restore int64
+
+	crash         atomic.Bool
+	pendingDelete atomic.Int64
+
+	mu   sync.Mutex // guards src against Finish
+	src  Source
+	recs []Record
+}
+
+func (s *sourceRun) run() {
+	defer s.inc.wg.Done()
+	defer func() {
+		if r := recover(); r != nil {
+			s.out.fail()
+			s.inc.failed(s.id, fmt.Errorf("panic: %v", r))
+		}
+	}()
+	if err := s.loop(); err != nil && s.inc.ctx.Err() == nil {
+		s.out.fail()
+		s.inc.failed(s.id, err)
+	}
+}
+
+func (s *sourceRun) checkCrash() {
+	if s.crash.Swap(false) {
+		s.inc.w.crashes.Add(1)
+		panic(fmt.Sprintf("engine: injected crash of source %v", s.id))
+	}
+}
+
+// emit sends recs (already in the log) and reports low.
+func (s *sourceRun) emit(recs []Record, low int64) error {
+	for _, r := range recs {
+		s.out.em.Emit(r.Ts, nil, r.Payload)
+	}
+	_, err := s.out.flush(s.inc.ctx, low)
+	return err
+}
+
+func (s *sourceRun) loop() error {
+	ctx := s.inc.ctx
+	next := int64(0)
+	if s.restore != math.MinInt64 {
+		next = max(s.restore, 0)
+	}
+	// Replay what the log holds from the checkpoint on, below the horizon.
+	err := s.log.Replay(s.restore, func(recs []Record) error {
+		for len(recs) > 0 {
+			s.checkCrash()
+			h := s.inc.horizon.Load()
+			n := 0
+			for n < len(recs) && recs[n].Ts < h {
+				n++
+			}
+			if n == 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Millisecond):
+				}
+				continue
+			}
+			if err := s.emit(recs[:n], recs[n-1].Ts+1); err != nil {
+				return err
+			}
+			next = recs[n-1].Ts + 1
+			recs = recs[n:]
+		}
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	s.mu.Lock()
+	err = s.src.Start(next)
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.checkCrash()
+		if d := s.pendingDelete.Swap(math.MinInt64); d != math.MinInt64 {
+			if _, err := s.log.DeleteBefore(d); err != nil {
+				return err
+			}
+		}
+		h := s.inc.horizon.Load()
+		s.mu.Lock()
+		recs, low, err := s.src.Read(s.recs[:0], h)
+		s.mu.Unlock()
+		s.recs = recs
+		eof := err == io.EOF
+		if err != nil && !eof {
+			return err
+		}
+		if len(recs) > 0 {
+			if err := s.log.Append(recs); err != nil {
+				return err
+			}
+		}
+		if eof {
+			low = clock.Idle
+		}
+		if err := s.emit(recs, low); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if eof {
+			<-ctx.Done()
+			return nil
+		}
+		if len(recs) == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(200 * time.Microsecond):
+			}
+		}
+	}
+}

@@ -1,0 +1,520 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/engine/checkpoint"
+	"github.com/sluicehq/sluice/engine/clock"
+	"github.com/sluicehq/sluice/engine/store"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// WorkerConfig configures a [Worker].
+type WorkerConfig struct {
+	// Dir holds the node's source logs and checkpoints. It must survive a
+	// restart of the node's process.
+	Dir string
+	// Listen is the transport address, "127.0.0.1:0" if empty.
+	Listen string
+	// Faults are injected into the node's outgoing traffic.
+	Faults transport.Faults
+	// NoSync skips fsyncs of logs and checkpoints (tests, benchmarks).
+	NoSync bool
+	// Logger receives diagnostics; nil discards them.
+	Logger *slog.Logger
+}
+
+// Worker runs the tasks placed on one node. Its control methods are called
+// by the coordinator, one at a time (in this process, or through
+// [ServeWorker]); they are safe for concurrent use with the tasks' own
+// goroutines.
+type Worker struct {
+	job   *Job
+	cfg   WorkerConfig
+	node  *transport.Node
+	ckpts *checkpoint.Store
+	log   *slog.Logger
+
+	events chan Event
+
+	crashes   atomic.Int64 // injected crashes that fired
+	processed atomic.Int64 // messages consumed by sink tasks
+	late      atomic.Int64 // messages that arrived below a completed checkpoint
+	filtered  atomic.Int64 // messages dropped by the restore filter
+
+	inc atomic.Pointer[incarnation]
+
+	mu         sync.Mutex // serializes control calls
+	registered map[taskid.ID]bool
+}
+
+// Event is a task failure a worker reports to the coordinator.
+type Event struct {
+	Gen  uint64 `json:"gen"`
+	Task string `json:"task"`
+	Err  string `json:"err"`
+}
+
+// NewWorker starts the node's transport. The job must be the same in every
+// worker and in the coordinator.
+func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
+	if err := job.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
+	}
+	ccfg := checkpoint.DefaultConfig()
+	ccfg.NoSync, ccfg.Logger = cfg.NoSync, lg
+	cs, err := checkpoint.OpenConfig(filepath.Join(cfg.Dir, "checkpoints"), ccfg)
+	if err != nil {
+		return nil, err
+	}
+	node, err := transport.NewNode(transport.WithListen(cfg.Listen), transport.WithFaults(cfg.Faults),
+		transport.WithLogger(lg), transport.WithReconnectBackoff(5*time.Millisecond, 200*time.Millisecond))
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{job: job, cfg: cfg, node: node, ckpts: cs, log: lg, events: make(chan Event, 64),
+		registered: map[taskid.ID]bool{}}
+	return w, nil
+}
+
+// Addr is the node's transport address.
+func (w *Worker) Addr() string { return w.node.Addr() }
+
+// Events delivers task failures.
+func (w *Worker) Events() <-chan Event { return w.events }
+
+// Close stops the tasks and the node.
+func (w *Worker) Close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if inc := w.inc.Swap(nil); inc != nil {
+		inc.stop()
+	}
+	w.node.Abort()
+}
+
+// TransportFaults returns the faults the node injected.
+func (w *Worker) TransportFaults() transport.FaultStats { return w.node.Stats(false).Faults }
+
+// StartCmd starts a generation of the job's tasks on a worker.
+type StartCmd struct {
+	Gen       uint64   `json:"gen"`
+	Node      int      `json:"node"`
+	Addrs     []string `json:"addrs"`     // transport address of each node
+	Placement []int    `json:"placement"` // node of each task, in job order
+	// Restore is the checkpoint to restore stateful tasks from; with
+	// HasRestore false they start empty.
+	Restore    int64 `json:"restore"`
+	HasRestore bool  `json:"has_restore"`
+	// Target is the first checkpoint time, Horizon the bound on sources.
+	Target  int64 `json:"target"`
+	Horizon int64 `json:"horizon"`
+}
+
+// incarnation is one generation of the tasks on this worker.
+type incarnation struct {
+	w       *Worker
+	gen     uint64
+	ctx     context.Context
+	cancel  context.CancelFunc
+	agg     aggregator
+	horizon atomic.Int64
+	tasks   map[taskid.ID]*taskRun
+	sources []*sourceRun
+	outs    []*outputs
+	wg      sync.WaitGroup
+	tickerDone chan struct{}
+}
+
+// Start stops the running generation, if any, and starts gen: stateful
+// tasks restored from the checkpoint, channels opened with epoch gen,
+// sources replaying their logs from the checkpoint's timestamp.
+func (w *Worker) Start(cmd StartCmd) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if old := w.inc.Swap(nil); old != nil {
+		old.stop()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	inc := &incarnation{w: w, gen: cmd.Gen, ctx: ctx, cancel: cancel, tasks: map[taskid.ID]*taskRun{},
+		tickerDone: make(chan struct{})}
+	inc.horizon.Store(cmd.Horizon)
+	ids := w.job.tasks()
+	if len(cmd.Placement) != len(ids) {
+		cancel()
+		return fmt.Errorf("engine: placement names %d tasks, the job has %d", len(cmd.Placement), len(ids))
+	}
+	where := map[taskid.ID]int{}
+	for i, id := range ids {
+		where[id] = cmd.Placement[i]
+	}
+	restoreTs := int64(math.MinInt64)
+	if cmd.HasRestore {
+		restoreTs = cmd.Restore
+	}
+	fail := func(err error) error {
+		inc.stop()
+		return err
+	}
+	for _, id := range ids {
+		if where[id] != cmd.Node {
+			continue
+		}
+		proc := w.job.Procs[id.Processor]
+		edges := w.job.outEdges(int(id.Processor))
+		sends := make([][]*transport.Sender, len(edges))
+		for e, ed := range edges {
+			for t := range ed.n {
+				tid := taskid.ID{Processor: uint32(ed.proc), Index: uint32(t)}
+				peer, err := w.node.Peer(cmd.Addrs[where[tid]])
+				if err != nil {
+					return fail(err)
+				}
+				s, err := peer.OpenSenderEpoch(ctx, id, tid, cmd.Gen)
+				if err != nil {
+					return fail(err)
+				}
+				sends[e] = append(sends[e], s)
+			}
+		}
+		if proc.NewSource != nil {
+			src, err := proc.NewSource(int(id.Index))
+			if err != nil {
+				return fail(fmt.Errorf("engine: source %v: %w", id, err))
+			}
+			sr := &sourceRun{inc: inc, id: id, src: src, restore: restoreTs}
+			sr.pendingDelete.Store(math.MinInt64)
+			low := int64(0)
+			if cmd.HasRestore {
+				low = max(cmd.Restore, 0)
+			}
+			sr.out = newOutputs(edges, sends, &inc.agg, low)
+			inc.outs = append(inc.outs, sr.out)
+			lg, err := store.Open(filepath.Join(w.cfg.Dir, "log", "task-"+id.String()), store.Options{NoSync: w.cfg.NoSync})
+			if err != nil {
+				return fail(err)
+			}
+			sr.log = lg
+			inc.sources = append(inc.sources, sr)
+			continue
+		}
+		t, err := w.newTaskRun(inc, id, proc, cmd, restoreTs)
+		if err != nil {
+			return fail(err)
+		}
+		t.out = newOutputs(edges, sends, &inc.agg, clock.Idle)
+		t.sink = len(edges) == 0
+		inc.outs = append(inc.outs, t.out)
+		inc.tasks[id] = t
+	}
+	w.inc.Store(inc)
+	for id := range inc.tasks {
+		if !w.registered[id] {
+			if err := w.node.Handle(id, w.dispatch(id)); err != nil {
+				return fail(err)
+			}
+			w.registered[id] = true
+		}
+	}
+	for _, sr := range inc.sources {
+		inc.wg.Add(1)
+		go sr.run()
+	}
+	go inc.tick()
+	return nil
+}
+
+func (w *Worker) newTaskRun(inc *incarnation, id taskid.ID, proc Proc, cmd StartCmd, restoreTs int64) (*taskRun, error) {
+	task, err := proc.NewTask(int(id.Index))
+	if err != nil {
+		return nil, fmt.Errorf("engine: task %v: %w", id, err)
+	}
+	t := &taskRun{inc: inc, id: id, task: task, restore: restoreTs, target: cmd.Target, persisted: restoreTs}
+	st, ok := task.(Stateful)
+	if !ok {
+		return t, nil
+	}
+	t.state = st
+	name := ckptName(id)
+	if cmd.HasRestore {
+		if err := w.ckpts.DiscardAfter(name, cmd.Restore); err != nil {
+			return nil, err
+		}
+		b, err := w.ckpts.Load(name, cmd.Restore)
+		if err != nil {
+			return nil, err
+		}
+		if err := st.Restore(b); err != nil {
+			return nil, fmt.Errorf("engine: restoring %v: %w", id, err)
+		}
+	} else {
+		if err := w.ckpts.DiscardAfter(name, math.MinInt64); err != nil {
+			return nil, err
+		}
+	}
+	cp, err := proc.NewTask(int(id.Index))
+	if err != nil {
+		return nil, err
+	}
+	cst, ok := cp.(Stateful)
+	if !ok {
+		return nil, fmt.Errorf("engine: task %v: a second instance is not Stateful", id)
+	}
+	t.ckpt, t.ckptState = cp, cst
+	if err := t.copyState(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// dispatch is the transport handler of task id: it hands runs of the
+// current generation to the task and drops older ones.
+func (w *Worker) dispatch(id taskid.ID) transport.Handler {
+	return func(ch taskid.Channel, _ uint64, msgs []wire.Message) {
+		inc := w.inc.Load()
+		if inc == nil || ch.Epoch != inc.gen {
+			return
+		}
+		if t := inc.tasks[id]; t != nil {
+			t.handle(msgs)
+		}
+	}
+}
+
+func (inc *incarnation) failed(id taskid.ID, err error) {
+	inc.w.log.Warn("engine: task failed", "task", id.String(), "gen", inc.gen, "err", err)
+	select {
+	case inc.w.events <- Event{Gen: inc.gen, Task: id.String(), Err: err.Error()}:
+	default:
+	}
+}
+
+// tick pops acknowledged runs every millisecond so clocks advance while
+// tasks are idle.
+func (inc *incarnation) tick() {
+	defer close(inc.tickerDone)
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-inc.ctx.Done():
+			return
+		case <-t.C:
+			for _, o := range inc.outs {
+				o.tick()
+			}
+		}
+	}
+}
+
+// stop ends the generation: sources stop, handlers return, channels close.
+func (inc *incarnation) stop() {
+	inc.cancel()
+	inc.wg.Wait()
+	<-inc.tickerDone
+	for _, t := range inc.tasks {
+		t.mu.Lock()
+		t.stopped = true
+		t.mu.Unlock()
+	}
+	for _, o := range inc.outs {
+		o.closeSenders()
+	}
+	for _, s := range inc.sources {
+		if s.log != nil {
+			_ = s.log.Close()
+		}
+	}
+}
+
+// ClockReply is a worker's answer to a clock round.
+type ClockReply struct {
+	Gen       uint64 `json:"gen"`
+	Min       int64  `json:"min"`
+	Crashes   int64  `json:"crashes"`
+	Processed int64  `json:"processed"`
+	Late      int64  `json:"late"`
+	Filtered  int64  `json:"filtered"`
+}
+
+// Clock returns the least clock of the worker's tasks in generation gen.
+func (w *Worker) Clock(gen uint64) (ClockReply, error) {
+	r := ClockReply{Gen: gen, Crashes: w.crashes.Load(), Processed: w.processed.Load(),
+		Late: w.late.Load(), Filtered: w.filtered.Load()}
+	inc := w.inc.Load()
+	if inc == nil || inc.gen != gen {
+		return r, fmt.Errorf("engine: worker is not running generation %d", gen)
+	}
+	r.Min = inc.agg.min()
+	return r, nil
+}
+
+var errStale = errors.New("engine: stale generation")
+
+func (w *Worker) current(gen uint64) (*incarnation, error) {
+	inc := w.inc.Load()
+	if inc == nil || inc.gen != gen {
+		return nil, fmt.Errorf("%w: worker is not running generation %d", errStale, gen)
+	}
+	return inc, nil
+}
+
+// Checkpoint persists every stateful task's checkpoint copy at tc (when
+// persist is set) and fsyncs the source logs, then makes next the tasks'
+// new checkpoint time. Sources must not have read at or beyond next.
+func (w *Worker) Checkpoint(gen uint64, persist bool, tc, next int64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	inc, err := w.current(gen)
+	if err != nil {
+		return err
+	}
+	if persist {
+		for _, s := range inc.sources {
+			if err := s.log.Sync(); err != nil {
+				return err
+			}
+		}
+	}
+	for _, t := range inc.tasks {
+		if err := t.checkpoint(persist, tc, next); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Horizon lets sources read below h.
+func (w *Worker) Horizon(gen uint64, h int64) error {
+	inc, err := w.current(gen)
+	if err != nil {
+		return err
+	}
+	inc.horizon.Store(h)
+	return nil
+}
+
+// Commit tells sources that the checkpoint at tc completed everywhere:
+// their log segments older than tc are deleted.
+func (w *Worker) Commit(gen uint64, tc int64) error {
+	inc, err := w.current(gen)
+	if err != nil {
+		return err
+	}
+	for _, s := range inc.sources {
+		s.pendingDelete.Store(tc)
+	}
+	return nil
+}
+
+// Crash makes task panic at its next step.
+func (w *Worker) Crash(gen uint64, task taskid.ID) error {
+	inc, err := w.current(gen)
+	if err != nil {
+		return err
+	}
+	if t := inc.tasks[task]; t != nil {
+		t.crash.Store(true)
+		return nil
+	}
+	for _, s := range inc.sources {
+		if s.id == task {
+			s.crash.Store(true)
+			return nil
+		}
+	}
+	return fmt.Errorf("engine: task %v is not on this worker", task)
+}
+
+// Finish collects the results of the tasks and sources that implement
+// [Finisher], by task id string.
+func (w *Worker) Finish(gen uint64) (map[string][]byte, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	inc, err := w.current(gen)
+	if err != nil {
+		return nil, err
+	}
+	res := map[string][]byte{}
+	for id, t := range inc.tasks {
+		t.mu.Lock()
+		f, ok := t.task.(Finisher)
+		var b []byte
+		if ok && !t.failed {
+			b, err = f.Finish()
+		}
+		bad := t.failed
+		t.mu.Unlock()
+		if bad {
+			return nil, fmt.Errorf("engine: task %v failed before finishing", id)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("engine: finishing %v: %w", id, err)
+		}
+		if ok {
+			res[id.String()] = b
+		}
+	}
+	for _, s := range inc.sources {
+		s.mu.Lock()
+		f, ok := s.src.(Finisher)
+		var b []byte
+		if ok {
+			b, err = f.Finish()
+		}
+		s.mu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("engine: finishing %v: %w", s.id, err)
+		}
+		if ok {
+			res[s.id.String()] = b
+		}
+	}
+	return res, nil
+}
+
+// Stop stops the running generation.
+func (w *Worker) Stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if inc := w.inc.Swap(nil); inc != nil {
+		inc.stop()
+	}
+}
+
+// Latest returns the newest checkpoint every named task has on this node.
+func (w *Worker) Latest(tasks []string) (int64, bool, error) {
+	if len(tasks) == 0 {
+		return 0, false, nil
+	}
+	return w.ckpts.LatestCommon(tasks)
+}
+
+// removeAll deletes dir's contents (a fresh job).
+func removeAll(dir string) error {
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+var _ = io.EOF
