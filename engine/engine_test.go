@@ -116,7 +116,7 @@ func TestWordCountEqualsReferenceWithoutFaults(t *testing.T) {
 func TestWordCountSurvivesCrashes(t *testing.T) {
 	input := writeText(t, 40000, 2)
 	policy := engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
-	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500, CrashEvery: 30 * time.Millisecond, Restart: policy, Seed: 3})
+	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond, CrashEvery: 80 * time.Millisecond, Restart: policy, Seed: 3})
 	sameCounts(t, got, reference(t, input))
 	if res.Recoveries == 0 || res.Crashes == 0 {
 		t.Errorf("recoveries %d crashes %d: the fault was not exercised", res.Recoveries, res.Crashes)
@@ -144,3 +144,72 @@ func TestRestartPolicyExhaustionIsAClearError(t *testing.T) {
 }
 
 var _ = transport.Faults{}
+
+func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
+	input := writeText(t, 15000, 4)
+	want := reference(t, input)
+	policy := engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+	cases := []struct {
+		name   string
+		faults string
+		crash  time.Duration
+		kill   time.Duration
+	}{
+		{name: "dropped data frames are re-sent", faults: "drop=0.05"},
+		{name: "dropped acks and ack requests are repeated", faults: "ctrldrop=0.05"},
+		{name: "duplicated frames are dropped", faults: "dup=0.05"},
+		{name: "reset connections are redialed", faults: "reset=50ms"},
+		{name: "crashed tasks are recovered from the checkpoint", crash: 70 * time.Millisecond},
+		{name: "killed nodes are restarted and recovered", kill: 150 * time.Millisecond},
+		{name: "all faults together", faults: "drop=0.02,ctrldrop=0.02,dup=0.02,reset=100ms", crash: 120 * time.Millisecond, kill: 200 * time.Millisecond},
+	}
+	seeds := []uint64{1, 2}
+	if testing.Short() {
+		seeds = seeds[:1]
+	}
+	for _, tc := range cases {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("%s/seed=%d", tc.name, seed), func(t *testing.T) {
+				f, rest, err := transport.ParseFaults(tc.faults, seed)
+				if err != nil || len(rest) > 0 {
+					t.Fatal(err, rest)
+				}
+				res, got := runWordCount(t, input, engine.Config{Nodes: 3, InitialInterval: 300, CheckpointEvery: 10 * time.Millisecond,
+					Faults: f, CrashEvery: tc.crash, KillEvery: tc.kill, Restart: policy, Seed: seed})
+				sameCounts(t, got, want)
+				if res.Late != 0 {
+					t.Errorf("%d messages arrived below a completed checkpoint", res.Late)
+				}
+				t.Logf("checkpoints %d recoveries %d crashes %d kills %d transport %+v", res.Checkpoints, res.Recoveries, res.Crashes, res.Kills, res.Transport)
+			})
+		}
+	}
+}
+
+func TestPipelineSumsAreExact(t *testing.T) {
+	spec := jobs.Spec{Kind: "pipeline", Size: 100, Limit: 200000, Keys: 16}
+	job, err := jobs.Build(spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true, InitialInterval: 20000, CheckpointEvery: 20 * time.Millisecond,
+		CrashEvery: 100 * time.Millisecond, Seed: 9,
+		Restart: engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := c.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, summed, diff, err := jobs.CheckPipeline(res.Results, spec.Keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gen != spec.Limit || summed != gen || diff != "" {
+		t.Errorf("generated %d, summed %d: %s", gen, summed, diff)
+	}
+	t.Logf("checkpoints %d recoveries %d crashes %d", res.Checkpoints, res.Recoveries, res.Crashes)
+}

@@ -132,16 +132,16 @@ type StartCmd struct {
 
 // incarnation is one generation of the tasks on this worker.
 type incarnation struct {
-	w       *Worker
-	gen     uint64
-	ctx     context.Context
-	cancel  context.CancelFunc
-	agg     aggregator
-	horizon atomic.Int64
-	tasks   map[taskid.ID]*taskRun
-	sources []*sourceRun
-	outs    []*outputs
-	wg      sync.WaitGroup
+	w          *Worker
+	gen        uint64
+	ctx        context.Context
+	cancel     context.CancelFunc
+	agg        aggregator
+	horizon    atomic.Int64
+	tasks      map[taskid.ID]*taskRun
+	sources    []*sourceRun
+	outs       []*outputs
+	wg         sync.WaitGroup
 	tickerDone chan struct{}
 }
 

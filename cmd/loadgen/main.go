@@ -75,6 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serveCmd(ctx, args[1:], stdout, stderr)
 	case "send":
 		return sendCmd(ctx, args[1:], stdout, stderr)
+	case "node":
+		return nodeCmd(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "agent":
 		return agentCmd(ctx, args[1:], stdout, stderr)
 	case "coordinate":

@@ -40,6 +40,8 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	out.register(fs)
 	var tc transportConfig
 	tc.register(fs)
+	var ec engineConfig
+	ec.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,8 +61,12 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprintf(stderr, "loadgen: transport scenario: %d-byte messages, %s, rate %s, %d channel(s), %d connection(s)%s\n",
 			tc.size, tc.duration, rateString(tc.rate), tc.channels, tc.connections, faultString(tc.faults))
 		report, rec, err = runTransport(ctx, tc, stdout, stderr)
+	case "wordcount":
+		report, rec, err = runWordCountScenario(ctx, ec, tc, stderr)
+	case "pipeline":
+		report, rec, err = runPipelineScenario(ctx, ec, tc, stderr)
 	default:
-		return fmt.Errorf("run: unknown scenario %q (want transport)", *scenario)
+		return fmt.Errorf("run: unknown scenario %q (want transport, wordcount or pipeline)", *scenario)
 	}
 	if err != nil {
 		return err

@@ -208,7 +208,7 @@ func CheckPipeline(results map[string][]byte, keys int) (generated, summed int64
 		var want KeySum
 		if k < n {
 			// i = k, k+K, ..., k+(c-1)K
-			c := (n-k+uint64(keys)-1)/uint64(keys)
+			c := (n - k + uint64(keys) - 1) / uint64(keys)
 			want = KeySum{Count: c, Sum: c*k + uint64(keys)*c*(c-1)/2}
 		}
 		if got[k] != want {

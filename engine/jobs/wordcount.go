@@ -16,6 +16,7 @@ import (
 // WordCount is lines -> split (round robin) -> count (hash by word). The
 // line source gives line i the timestamp i.
 func WordCount(spec Spec) *engine.Job {
+	spec.Middle, spec.Last = max(spec.Middle, 1), max(spec.Last, 1)
 	return &engine.Job{
 		Procs: []engine.Proc{
 			{Name: "lines", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return &LineSource{Path: spec.Input}, nil }},

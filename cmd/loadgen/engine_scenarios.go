@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/jobs"
+	"github.com/sluicehq/sluice/transport"
+)
+
+// engineConfig holds the flags of the engine scenarios (wordcount,
+// pipeline); --size, --duration, --faults and --seed come from the
+// transport scenario's flags.
+type engineConfig struct {
+	input       string
+	output      string
+	nodes       int
+	dir         string
+	ckptEvery   time.Duration
+	parallelism int
+	maxRestarts int
+	sync        bool
+}
+
+func (c *engineConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.input, "input", "", "wordcount: the text file to count")
+	fs.StringVar(&c.output, "output", "", "wordcount: where to write word<TAB>count lines")
+	fs.IntVar(&c.nodes, "nodes", 1, "engine scenarios: OS processes to place tasks in (1: this process)")
+	fs.StringVar(&c.dir, "data-dir", "", "engine scenarios: directory for source logs and checkpoints (default: a temporary one)")
+	fs.DurationVar(&c.ckptEvery, "checkpoint-every", time.Second, "engine scenarios: wall time between checkpoints")
+	fs.IntVar(&c.parallelism, "parallelism", 2, "engine scenarios: tasks of each processor after the source")
+	fs.IntVar(&c.maxRestarts, "max-restarts", 100, "engine scenarios: recoveries allowed per minute before the run fails")
+	fs.BoolVar(&c.sync, "fsync", true, "engine scenarios: fsync logs and checkpoints")
+}
+
+// engineFaults splits --faults into transport faults and the engine's
+// crash= and kill= periods.
+func engineFaults(s string, seed uint64) (f transport.Faults, crash, kill time.Duration, err error) {
+	f, rest, err := transport.ParseFaults(s, seed)
+	if err != nil {
+		return f, 0, 0, err
+	}
+	for _, kv := range rest {
+		k, v, _ := strings.Cut(kv, "=")
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return f, 0, 0, fmt.Errorf("fault %s: %w", k, err)
+		}
+		switch k {
+		case "crash":
+			crash = d
+		case "kill":
+			kill = d
+		default:
+			return f, 0, 0, fmt.Errorf("unknown fault %q (want drop, ctrldrop, dup, reset, crash, kill)", k)
+		}
+	}
+	return f, crash, kill, nil
+}
+
+// runEngine runs spec on the engine and returns the coordinator's result.
+func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transportConfig, initial int64,
+	rec *bench.Recorder, prog **bench.Progress, stderr io.Writer) (*engine.Result, time.Duration, error) {
+	f, crash, kill, err := engineFaults(tc.faults, tc.seed)
+	if err != nil {
+		return nil, 0, err
+	}
+	if kill > 0 && ec.nodes < 2 {
+		return nil, 0, errors.New("the kill fault needs --nodes 2 or more (it kills worker processes)")
+	}
+	job, err := jobs.Build(spec, rec)
+	if err != nil {
+		return nil, 0, err
+	}
+	dir := ec.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "sluice-engine-"); err != nil {
+			return nil, 0, err
+		}
+		defer os.RemoveAll(dir)
+	}
+	cfg := engine.Config{
+		Nodes: ec.nodes, Dir: dir, CheckpointEvery: ec.ckptEvery, InitialInterval: initial,
+		Faults: f, CrashEvery: crash, KillEvery: kill, Seed: tc.seed, NoSync: !ec.sync,
+		Restart: engine.RestartPolicy{MaxRestarts: ec.maxRestarts, Window: time.Minute, MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second},
+	}
+	if ec.nodes > 1 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, 0, err
+		}
+		specJSON, _ := json.Marshal(spec)
+		cfg.Spawn = func(node int, listen string) (*exec.Cmd, error) {
+			nf := f
+			nf.Seed += uint64(node) * 0x9e3779b97f4a7c15
+			if node > 0 {
+				nf.Reset = 0
+			}
+			args := []string{"node", "--spec", string(specJSON), "--dir", filepath.Join(dir, fmt.Sprintf("node%d", node)),
+				"--faults", faultsArg(nf), "--seed", strconv.FormatUint(nf.Seed, 10), "--fsync=" + strconv.FormatBool(ec.sync)}
+			if listen != "" {
+				args = append(args, "--listen", listen)
+			}
+			cmd := exec.Command(exe, args...)
+			cmd.Stderr = stderr
+			return cmd, nil
+		}
+	}
+	var c *engine.Coordinator
+	cfg.OnEvent = func(kind, detail string) {
+		if *prog != nil {
+			(*prog).Mark(kind, detail)
+		}
+	}
+	c, err = engine.NewCoordinator(job, cfg)
+	if err != nil {
+		return nil, 0, err
+	}
+	*prog = bench.NewProgress(stderr, c.Processed(), rec)
+	start := time.Now()
+	(*prog).Start()
+	res, err := c.Run(ctx)
+	elapsed := time.Since(start)
+	(*prog).Stop()
+	return res, elapsed, err
+}
+
+func faultsArg(f transport.Faults) string {
+	var parts []string
+	if f.Drop > 0 {
+		parts = append(parts, fmt.Sprintf("drop=%v", f.Drop))
+	}
+	if f.CtrlDrop > 0 {
+		parts = append(parts, fmt.Sprintf("ctrldrop=%v", f.CtrlDrop))
+	}
+	if f.Dup > 0 {
+		parts = append(parts, fmt.Sprintf("dup=%v", f.Dup))
+	}
+	if f.Reset > 0 {
+		parts = append(parts, "reset="+f.Reset.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+func engineReport(scenario string, cfg map[string]any, res *engine.Result, elapsed time.Duration, prog *bench.Progress) *bench.Report {
+	r := bench.NewReport(scenario, cfg)
+	r.DurationS = elapsed.Seconds()
+	r.Checkpoints = res.Checkpoints
+	r.Recoveries = res.Recoveries
+	m := faultMap(res.Transport)
+	if m == nil {
+		m = map[string]int64{}
+	}
+	if res.Crashes > 0 {
+		m["crash"] = res.Crashes
+	}
+	if res.Kills > 0 {
+		m["kill"] = res.Kills
+	}
+	if len(m) > 0 {
+		r.Faults = m
+	}
+	r.Timeline = prog.Samples()
+	r.Events = prog.Events()
+	for _, d := range res.RecoveryTimes {
+		r.Notes = append(r.Notes, fmt.Sprintf("recovery took %v", d.Round(time.Millisecond)))
+	}
+	if res.Late > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d messages reached a task below a completed checkpoint", res.Late))
+	}
+	return r
+}
+
+func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConfig, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
+	if ec.input == "" || ec.output == "" {
+		return nil, nil, errors.New("wordcount needs --input and --output")
+	}
+	spec := jobs.Spec{Kind: "wordcount", Input: ec.input, Middle: ec.parallelism, Last: ec.parallelism}
+	var prog *bench.Progress
+	res, elapsed, err := runEngine(ctx, spec, ec, tc, 4096, nil, &prog, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	counts, err := jobs.MergeCounts(res.Results)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmp := ec.output + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := jobs.WriteCounts(f, counts); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, nil, err
+	}
+	if err := os.Rename(tmp, ec.output); err != nil {
+		return nil, nil, err
+	}
+	var words int64
+	for _, v := range counts {
+		words += v
+	}
+	r := engineReport("wordcount", map[string]any{"input": ec.input, "output": ec.output, "nodes": ec.nodes,
+		"faults": tc.faults, "seed": tc.seed, "parallelism": ec.parallelism, "checkpoint_every": ec.ckptEvery.String()}, res, elapsed, prog)
+	r.MessagesDelivered = words
+	r.Finish(nil)
+	r.Notes = append(r.Notes, fmt.Sprintf("%d distinct words, %d words, written to %s", len(counts), words, ec.output))
+	return r, nil, nil
+}
+
+func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfig, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
+	rec := bench.NewRecorder()
+	if ec.nodes > 1 {
+		rec = nil // the sinks run in other processes
+	}
+	spec := jobs.Spec{Kind: "pipeline", Size: tc.size, DeadlineNs: bench.Now() + int64(tc.duration), Keys: 64,
+		Middle: ec.parallelism, Last: ec.parallelism}
+	var prog *bench.Progress
+	res, elapsed, err := runEngine(ctx, spec, ec, tc, 1<<17, rec, &prog, stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	gen, summed, diff, err := jobs.CheckPipeline(res.Results, spec.Keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := engineReport("pipeline", map[string]any{"size": tc.size, "duration": tc.duration.String(), "nodes": ec.nodes,
+		"faults": tc.faults, "seed": tc.seed, "parallelism": ec.parallelism, "checkpoint_every": ec.ckptEvery.String(),
+		"fsync": ec.sync}, res, elapsed, prog)
+	r.MessagesSent = gen
+	r.MessagesDelivered = summed
+	ok := diff == "" && summed == gen
+	r.ExactlyOnce = &ok
+	if !ok {
+		r.Notes = append(r.Notes, "per-key sums differ: "+diff)
+		if summed > gen {
+			r.Duplicates = summed - gen
+		} else {
+			r.Lost = gen - summed
+		}
+	}
+	r.Finish(rec)
+	r.ThroughputBytesPerS = r.ThroughputMsgsPerS * float64(tc.size)
+	if rec == nil {
+		r.Notes = append(r.Notes, "latency is not recorded with --nodes > 1")
+	}
+	return r, rec, nil
+}
