@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/transport/internal/handshake"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -33,8 +35,11 @@ type conn struct {
 	peer   *Peer // nil for an accepted connection
 	slot   int   // the peer's connection slot
 	stream uint64
-	gc     gnet.Conn
+	lk     link
 	remote string
+	// addrKey is the remote host this accepted connection counts against
+	// in the per-address limit; empty if it does not count.
+	addrKey string
 
 	state    atomic.Int32
 	openedAt int64
@@ -45,6 +50,7 @@ type conn struct {
 	flushTask gnet.RunnableFunc
 
 	// loop
+	hs *handshake.Machine // nil once the handshake is done
 	in struct {
 		rd    wire.DataReader
 		msgs  []wire.Message
@@ -116,15 +122,52 @@ func newConn(n *Node, p *Peer, slot int) *conn {
 	c.mu.outTable = taskid.NewTable(0)
 	c.openedAt = n.now()
 	c.lastRecv.Store(c.openedAt)
+	hc := handshake.Config{NodeID: n.id, Key: n.o.key, Dialer: p != nil}
+	if n.o.compress {
+		hc.Flags |= wire.FlagCompression
+	}
+	if hc.Key != nil {
+		_, _ = rand.Read(hc.Nonce[:]) // crypto/rand.Read never fails
+	}
+	c.hs = handshake.New(hc)
 	return c
 }
 
-func (c *conn) preface() []byte {
-	p := wire.Preface{Version: wire.Version, NodeID: c.node.id}
-	if c.node.o.compress {
-		p.Flags |= wire.FlagCompression
+// opening returns the bytes the connection starts with: the preface and,
+// with a key, the challenge.
+func (c *conn) opening() []byte { return c.hs.Start() }
+
+// handshake feeds the handshake machine the inbound bytes b. It returns how
+// many it consumed and whether the connection is open; on a fault it has
+// closed the connection and act says so.
+func (c *conn) handshake(b []byte) (off int, open bool, act gnet.Action) {
+	s, err := c.hs.Feed(b)
+	if s.Out != nil {
+		if _, werr := c.lk.Write(s.Out); werr != nil && err == nil {
+			c.close(werr)
+			return 0, false, gnet.Close
+		}
 	}
-	return wire.AppendPreface(nil, p)
+	if err != nil {
+		return 0, false, c.fail(err, handshake.Code(err))
+	}
+	if s.GoAway != nil {
+		c.goaway = &GoAwayError{*s.GoAway}
+		c.close(c.goaway)
+		return 0, false, gnet.Close
+	}
+	if !s.Done {
+		return s.Consumed, false, gnet.None
+	}
+	p := c.hs.Peer()
+	c.hs = nil
+	c.remoteID.Store(p.NodeID)
+	c.compress = c.node.o.compress && p.Flags&wire.FlagCompression != 0
+	c.state.Store(stOpen)
+	if c.peer != nil {
+		c.peer.attach(c)
+	}
+	return s.Consumed, true, gnet.None
 }
 
 // onTraffic decodes everything buffered. It runs on the loop.
@@ -132,31 +175,24 @@ func (c *conn) onTraffic() gnet.Action {
 	if c.state.Load() == stClosed {
 		return gnet.Close
 	}
-	b, _ := c.gc.Peek(-1)
+	b, _ := c.lk.Peek(-1)
 	if len(b) == 0 {
 		return gnet.None
 	}
 	c.lastRecv.Store(c.node.now())
 	off := 0
 	if c.state.Load() == stHandshake {
-		p, n, err := wire.DecodePreface(b)
-		if errors.Is(err, wire.ErrNeedMore) {
+		n, open, act := c.handshake(b)
+		if act == gnet.Close {
+			return act
+		}
+		if !open {
+			if n > 0 {
+				_, _ = c.lk.Discard(n)
+			}
 			return gnet.None
 		}
-		if err != nil {
-			code := wire.GoAwayProtocolError
-			if errors.Is(err, wire.ErrVersion) {
-				code = wire.GoAwayVersionMismatch
-			}
-			return c.fail(err, code)
-		}
 		off = n
-		c.remoteID.Store(p.NodeID)
-		c.compress = c.node.o.compress && p.Flags&wire.FlagCompression != 0
-		c.state.Store(stOpen)
-		if c.peer != nil {
-			c.peer.attach(c)
-		}
 	}
 	stats := &c.stats
 	for off < len(b) {
@@ -165,7 +201,11 @@ func (c *conn) onTraffic() gnet.Action {
 			break
 		}
 		if err != nil {
-			return c.fail(err, wire.GoAwayProtocolError)
+			code := wire.GoAwayProtocolError
+			if errors.Is(err, wire.ErrFrameTooLarge) {
+				code = wire.GoAwayLimit
+			}
+			return c.fail(err, code)
 		}
 		stats.wireIn.Add(uint64(n))
 		if err := c.handle(f); err != nil {
@@ -181,8 +221,10 @@ func (c *conn) onTraffic() gnet.Action {
 		}
 		off += n
 	}
+	// What is left is less than one frame, whose header DecodeFrame has
+	// checked against the max frame size: that bounds the inbound buffer.
 	if off > 0 { // Discard(0) would drop everything buffered
-		_, _ = c.gc.Discard(off)
+		_, _ = c.lk.Discard(off)
 	}
 	c.flush()
 	return gnet.None
@@ -195,7 +237,7 @@ func (c *conn) fail(err error, code wire.GoAwayCode) gnet.Action {
 	if len(msg) > 512 {
 		msg = msg[:512]
 	}
-	_, _ = c.gc.Write(wire.AppendGoAway(nil, wire.GoAway{Code: code, Message: msg}))
+	_, _ = c.lk.Write(wire.AppendGoAway(nil, wire.GoAway{Code: code, Message: msg}))
 	c.close(err)
 	return gnet.Close
 }
@@ -412,7 +454,7 @@ func (c *conn) scheduleLocked() {
 		return
 	}
 	c.mu.scheduled = true
-	if err := c.gc.EventLoop().Execute(context.Background(), c.flushTask); err != nil {
+	if err := c.lk.Execute(c.flushTask); err != nil {
 		c.mu.scheduled = false
 	}
 }
@@ -443,7 +485,7 @@ func (c *conn) hasWork() bool {
 func (c *conn) syncInflight() {
 	p := c.out.policy
 	max := c.node.o.batch.MaxBatchBytes
-	want := (c.gc.OutboundBuffered() + max - 1) / max
+	want := (c.lk.OutboundBuffered() + max - 1) / max
 	for p.Inflight() > want {
 		p.WriteDone(c.node.now())
 	}
@@ -553,7 +595,7 @@ func (c *conn) writeBatch(now int64, cause batch.Cause) int {
 	if total == 0 {
 		return 0
 	}
-	if _, err := c.gc.Writev(iov); err != nil {
+	if _, err := c.lk.Writev(iov); err != nil {
 		c.close(err)
 		return 0
 	}
@@ -572,8 +614,8 @@ func (c *conn) queueEmpty() bool {
 }
 
 // close records why the connection ends and detaches it; the caller makes
-// gnet close the socket (by returning gnet.Close, or with gc.Close). Safe to
-// call more than once; the first reason wins.
+// the link close the socket (by returning gnet.Close, or with lk.Close).
+// Safe to call more than once; the first reason wins.
 func (c *conn) close(err error) {
 	if c.state.Swap(stClosed) == stClosed {
 		return
@@ -593,6 +635,7 @@ func (c *conn) close(err error) {
 		c.peer.detach(c)
 	}
 	c.node.forget(c)
+	c.node.countClose(err)
 	if !errors.Is(err, io.EOF) && !errors.Is(err, ErrClosed) {
 		c.node.log.Warn("sluice: connection closed", "remote", c.remote, "node", fmt.Sprintf("%x", c.remoteID.Load()), "err", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sluicehq/sluice/transport/internal/handshake"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -30,6 +31,15 @@ var (
 	ErrInboundBudget = errors.New("transport: peer exceeded the inbound budget (it ignores flow control)")
 	// ErrGoAway means the peer sent GOAWAY.
 	ErrGoAway = errors.New("transport: peer sent GOAWAY")
+	// ErrAuthFailed means the peer and this node do not share a key: the
+	// peer's proof did not match, one side has a key and the other none, or
+	// the peer answered GOAWAY AUTH_FAILED. The error never shows a key.
+	ErrAuthFailed = handshake.ErrAuthFailed
+	// ErrHandshake means the peer sent a frame other than AUTH or GOAWAY
+	// before authentication completed.
+	ErrHandshake = handshake.ErrUnexpected
+	// ErrBadKey means a key given to [WithKey] is unusable (too short).
+	ErrBadKey = errors.New("transport: bad key")
 )
 
 // ConnError is the reason a connection was closed: a protocol fault by the
@@ -60,6 +70,9 @@ func (e *GoAwayError) Is(target error) bool {
 	}
 	if target == ErrRejected {
 		return e.Code == wire.GoAwayVersionMismatch || e.Code == wire.GoAwayAuthFailed
+	}
+	if target == ErrAuthFailed {
+		return e.Code == wire.GoAwayAuthFailed
 	}
 	return false
 }

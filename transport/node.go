@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -32,8 +33,12 @@ type Node struct {
 
 	server     gnet.Engine
 	serverDone chan error
-	client     *gnet.Client
+	client     *gnet.Client // nil with BackendNet
+	netLn      net.Listener // the listener of BackendNet
+	links      sync.WaitGroup
 	addr       string
+	tlsServer  *tls.Config
+	sec        securityCounters
 
 	timers  *timers
 	faultN  faultCounters
@@ -48,6 +53,7 @@ type Node struct {
 		conns   map[*conn]struct{}
 		inboxes map[taskid.ID]*inbox
 		recv    map[pair]*recvState
+		perAddr map[string]int // accepted connections by remote host
 		closed  bool
 
 		newHandler func(taskid.ID) Handler
@@ -81,7 +87,22 @@ func NewNode(opts ...Option) (*Node, error) {
 	n.mu.conns = make(map[*conn]struct{})
 	n.mu.inboxes = make(map[taskid.ID]*inbox)
 	n.mu.recv = make(map[pair]*recvState)
+	n.mu.perAddr = make(map[string]int)
 	n.timers = newTimers(n)
+	if o.backend == BackendNet {
+		if o.tls != nil {
+			n.tlsServer = o.tls.Clone()
+			n.tlsServer.MinVersion = tls.VersionTLS13
+		}
+		if o.listen != "" {
+			if err := n.listenNet(o.listen); err != nil {
+				return nil, err
+			}
+		}
+		n.bgDone.Add(1)
+		go n.timers.run()
+		return n, nil
+	}
 
 	gopts := []gnet.Option{
 		gnet.WithMulticore(o.eventLoops > 1),
@@ -111,6 +132,97 @@ func NewNode(opts ...Option) (*Node, error) {
 	n.bgDone.Add(1)
 	go n.timers.run()
 	return n, nil
+}
+
+// listenNet listens with the net backend: one goroutine accepts, each
+// connection gets a netLink.
+func (n *Node) listenNet(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("transport: listening on %s: %w", addr, err)
+	}
+	n.netLn = ln
+	n.addr = ln.Addr().String()
+	n.bgDone.Add(1)
+	go func() {
+		defer n.bgDone.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				if n.closing.Load() || errors.Is(err, net.ErrClosed) {
+					return
+				}
+				time.Sleep(5 * time.Millisecond) // out of descriptors, say
+				continue
+			}
+			n.acceptNet(nc)
+		}
+	}()
+	return nil
+}
+
+func (n *Node) acceptNet(nc net.Conn) {
+	c := newConn(n, nil, 0)
+	c.remote = nc.RemoteAddr().String()
+	if !n.admit(c) {
+		if n.tlsServer == nil {
+			_ = nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			_, _ = nc.Write(n.refusal())
+		}
+		_ = nc.Close()
+		return
+	}
+	if n.tlsServer != nil {
+		nc = tls.Server(nc, n.tlsServer)
+	}
+	if !n.track(c) {
+		n.release(c)
+		_ = nc.Close()
+		return
+	}
+	l := newNetLink(nc, c, &n.links)
+	c.lk = l
+	n.timers.watchHandshake(c)
+	l.start(c.opening())
+}
+
+// admit counts an accepted connection against the limit of connections
+// per remote host, and reports whether it is within it.
+func (n *Node) admit(c *conn) bool {
+	host, _, err := net.SplitHostPort(c.remote)
+	if err != nil {
+		host = c.remote
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.perAddr[host] >= n.o.maxConnsPerAddr {
+		n.sec.connLimit.Add(1)
+		n.log.Warn("sluice: refusing a connection: too many from its address", "remote", c.remote, "limit", n.o.maxConnsPerAddr)
+		return false
+	}
+	n.mu.perAddr[host]++
+	c.addrKey = host
+	return true
+}
+
+func (n *Node) release(c *conn) {
+	if c.addrKey == "" {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.perAddr[c.addrKey]--; n.mu.perAddr[c.addrKey] <= 0 {
+		delete(n.mu.perAddr, c.addrKey)
+	}
+	c.addrKey = ""
+}
+
+// refusal is what a connection over the per-address limit gets: a preface,
+// so that the peer reads a GOAWAY and not garbage, and GOAWAY LIMIT.
+func (n *Node) refusal() []byte {
+	b := wire.AppendPreface(nil, wire.Preface{Version: wire.Version, NodeID: n.id})
+	return wire.AppendGoAway(b, wire.GoAway{Code: wire.GoAwayLimit,
+		Message: fmt.Sprintf("too many connections from one address (limit %d)", n.o.maxConnsPerAddr)})
 }
 
 func (n *Node) listen(addr string, gopts []gnet.Option) error {
@@ -263,6 +375,7 @@ func (n *Node) track(c *conn) bool {
 }
 
 func (n *Node) forget(c *conn) {
+	n.release(c)
 	n.mu.Lock()
 	_, ok := n.mu.conns[c]
 	delete(n.mu.conns, c)
@@ -279,8 +392,8 @@ func (n *Node) forget(c *conn) {
 // abort closes c from any goroutine.
 func (n *Node) abort(c *conn, err error) {
 	c.close(err)
-	if c.gc != nil {
-		_ = c.gc.Close()
+	if c.lk != nil {
+		_ = c.lk.Close()
 	}
 }
 
@@ -331,7 +444,7 @@ func (n *Node) shutdown(code wire.GoAwayCode) {
 	goaway := wire.AppendGoAway(nil, wire.GoAway{Code: code, Message: "node shutting down"})
 	for _, c := range conns {
 		if c.state.Load() == stOpen {
-			_ = c.gc.AsyncWrite(goaway, nil)
+			_ = c.lk.AsyncWrite(goaway)
 		}
 	}
 	for _, p := range n.peers() {
@@ -350,7 +463,13 @@ func (n *Node) shutdown(code wire.GoAwayCode) {
 		_ = n.server.Stop(ctx)
 		<-n.serverDone
 	}
-	_ = n.client.Stop()
+	if n.netLn != nil {
+		_ = n.netLn.Close()
+	}
+	if n.client != nil {
+		_ = n.client.Stop()
+	}
+	n.links.Wait()
 	n.bgDone.Wait()
 	close(n.closed)
 }
@@ -378,7 +497,11 @@ func (h *loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	if h.server {
 		c = newConn(n, nil, 0)
 		c.remote = gc.RemoteAddr().String()
+		if !n.admit(c) {
+			return n.refusal(), gnet.Close
+		}
 		if !n.track(c) {
+			n.release(c)
 			return nil, gnet.Close
 		}
 		gc.SetContext(c)
@@ -388,9 +511,9 @@ func (h *loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 			return nil, gnet.Close
 		}
 	}
-	c.gc = gc
+	c.lk = gnetLink{gc}
 	n.timers.watchHandshake(c)
-	return c.preface(), gnet.None
+	return c.opening(), gnet.None
 }
 
 func (h *loopHandler) OnTraffic(gc gnet.Conn) gnet.Action {

@@ -9,6 +9,7 @@ import (
 // freed, a channel drained). Signalling costs one atomic load when nobody
 // waits.
 type notifier struct {
+	gen     atomic.Uint64 // broadcasts so far
 	waiters atomic.Int32
 	mu      sync.Mutex
 	ch      chan struct{}
@@ -31,6 +32,7 @@ func (n *notifier) wait() <-chan struct{} {
 func (n *notifier) done() { n.waiters.Add(-1) }
 
 func (n *notifier) broadcast() {
+	n.gen.Add(1)
 	if n.waiters.Load() == 0 {
 		return
 	}

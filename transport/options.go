@@ -1,12 +1,14 @@
 package transport
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/lossdetect"
+	"github.com/sluicehq/sluice/transport/internal/handshake"
 	"github.com/sluicehq/sluice/window"
 	"github.com/sluicehq/sluice/wire"
 )
@@ -36,6 +38,10 @@ type options struct {
 	eventLoops       int
 	faults           Faults
 	logger           *slog.Logger
+	key              []byte
+	tls              *tls.Config
+	backend          Backend
+	maxConnsPerAddr  int
 }
 
 func defaultOptions() options {
@@ -56,6 +62,7 @@ func defaultOptions() options {
 		maxBackoff:       2 * time.Second,
 		eventLoops:       1,
 		logger:           slog.New(slog.DiscardHandler),
+		maxConnsPerAddr:  64,
 	}
 }
 
@@ -113,8 +120,9 @@ func WithPeerBudget(n int) Option { return func(o *options) { o.peerBudget = n }
 // connection. Default 64 MiB.
 func WithInboundBudget(n int) Option { return func(o *options) { o.inboundBudget = n } }
 
-// WithHandshakeTimeout closes connections whose preface has not arrived in
-// time. Default 5 s.
+// WithHandshakeTimeout closes connections whose handshake (preface and,
+// with [WithKey], authentication; with [WithTLS], the TLS handshake too) has
+// not completed in time. Default 5 s.
 func WithHandshakeTimeout(d time.Duration) Option { return func(o *options) { o.handshakeTimeout = d } }
 
 // WithIdleTimeout closes connections on which nothing arrived for d (pings
@@ -137,6 +145,37 @@ func WithEventLoops(n int) Option { return func(o *options) { o.eventLoops = n }
 // WithFaults injects faults into this node's outgoing traffic, for tests and
 // load generation. Default none.
 func WithFaults(f Faults) Option { return func(o *options) { o.faults = f } }
+
+// WithKey makes the node authenticate every connection with a pre-shared
+// key of at least 16 bytes: before any channel opens, both sides prove with
+// a challenge-response (HMAC-SHA256 over both sides' nonces and node ids,
+// wire/SPEC.md "Authentication") that they hold the same key. A peer with
+// another key or none is refused with GOAWAY AUTH_FAILED and an error
+// matching [ErrAuthFailed] on both sides; a dialing [Peer] refused so stops
+// redialing ([ErrRejected]). The key is copied; it never appears in logs,
+// errors or stats. Default: no key, no authentication (and a peer that has
+// a key refuses this node).
+func WithKey(key []byte) Option {
+	return func(o *options) { o.key = append([]byte(nil), key...) }
+}
+
+// WithTLS encrypts every connection with TLS 1.3 (older versions are
+// refused whatever cfg says). The node uses cfg as a server for the
+// connections it accepts (cfg needs Certificates) and as a client for those
+// it dials (RootCAs, or InsecureSkipVerify when the peers are authenticated
+// by [WithKey] instead; ServerName defaults to the peer address's host). The
+// config is cloned when the node starts. TLS implies [BackendNet]. Default:
+// no TLS.
+func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
+
+// WithBackend selects how connections do their I/O: [BackendGnet] (the
+// default) or [BackendNet]. [WithTLS] selects BackendNet by itself.
+func WithBackend(b Backend) Option { return func(o *options) { o.backend = b } }
+
+// WithMaxConnsPerAddr limits the connections accepted from one remote host
+// (IP address) at a time; more are answered with GOAWAY LIMIT and closed at
+// once. Default 64.
+func WithMaxConnsPerAddr(n int) Option { return func(o *options) { o.maxConnsPerAddr = n } }
 
 // WithLogger sets where the node logs connection errors. Default: discard.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -169,6 +208,17 @@ func (o *options) validate() error {
 		return fmt.Errorf("transport: event loops must be >= 1, got %d", o.eventLoops)
 	case o.minBackoff <= 0 || o.maxBackoff < o.minBackoff:
 		return fmt.Errorf("transport: reconnect backoff %v..%v is not a range", o.minBackoff, o.maxBackoff)
+	case o.key != nil && len(o.key) < handshake.MinKeyLen:
+		return fmt.Errorf("%w: a key of %d bytes is too short, at least %d are needed", ErrBadKey, len(o.key), handshake.MinKeyLen)
+	case o.maxConnsPerAddr < 1:
+		return fmt.Errorf("transport: max connections per address must be >= 1, got %d", o.maxConnsPerAddr)
+	case o.backend != BackendGnet && o.backend != BackendNet:
+		return fmt.Errorf("transport: unknown backend %d", o.backend)
+	case o.handshakeTimeout <= 0:
+		return fmt.Errorf("transport: handshake timeout must be > 0, got %v", o.handshakeTimeout)
+	}
+	if o.tls != nil {
+		o.backend = BackendNet
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -211,8 +212,8 @@ func (p *Peer) dialLoop(slot int) {
 		}
 		p.mu.Lock()
 		p.mu.lastErr = err
-		if errors.Is(err, ErrRejected) || errors.Is(err, wire.ErrVersion) {
-			p.mu.err = fmt.Errorf("transport: %s: %w", p.addr, err)
+		if errors.Is(err, ErrRejected) || errors.Is(err, wire.ErrVersion) || errors.Is(err, ErrAuthFailed) {
+			p.mu.err = fmt.Errorf("transport: %s: %w: %w", p.addr, ErrRejected, err)
 			p.mu.Unlock()
 			n.log.Error("sluice: peer refused this node; not redialing", "peer", p.addr, "err", err)
 			p.drained.broadcast()
@@ -241,6 +242,16 @@ func (n *Node) dial(p *Peer, slot int) (*conn, error) {
 	if !n.track(c) {
 		_ = nc.Close()
 		return nil, ErrClosed
+	}
+	if n.client == nil { // BackendNet
+		if n.o.tls != nil {
+			nc = tls.Client(nc, n.clientTLS(p.addr))
+		}
+		l := newNetLink(nc, c, &n.links)
+		c.lk = l
+		n.timers.watchHandshake(c)
+		l.start(c.opening())
+		return c, nil
 	}
 	if _, err := n.client.EnrollContext(nc, c); err != nil {
 		n.forget(c)
@@ -286,4 +297,18 @@ func (p *Peer) flush(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// clientTLS is the node's TLS configuration for dialing addr: TLS 1.3 at
+// least, and the server name taken from addr unless the configuration names
+// one.
+func (n *Node) clientTLS(addr string) *tls.Config {
+	cfg := n.o.tls.Clone()
+	cfg.MinVersion = tls.VersionTLS13
+	if cfg.ServerName == "" {
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			cfg.ServerName = host
+		}
+	}
+	return cfg
 }

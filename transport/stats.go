@@ -1,11 +1,14 @@
 package transport
 
 import (
+	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/lossdetect"
 	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
 )
 
 // Stats is a snapshot of a node's counters. Connection counters include
@@ -15,6 +18,45 @@ type Stats struct {
 	Closed   ConnStats      `json:"closed"` // sums over closed connections
 	Channels []ChannelStats `json:"channels,omitempty"`
 	Faults   FaultStats     `json:"faults"`
+	Refused  RefusedStats   `json:"refused"`
+}
+
+// RefusedStats counts connections the node refused or dropped before they
+// carried data, by cause; cumulative since the node started.
+type RefusedStats struct {
+	AuthFailed        uint64 `json:"auth_failed"`        // wrong or missing key, either side's verdict
+	HandshakeTimeouts uint64 `json:"handshake_timeouts"` // preface, authentication or TLS not done in time
+	ConnLimit         uint64 `json:"conn_limit"`         // over the connections-per-address limit
+	ProtocolErrors    uint64 `json:"protocol_errors"`    // malformed or unexpected frames, any time
+	Limits            uint64 `json:"limits"`             // a frame, channel or inbound-budget limit, any time
+}
+
+type securityCounters struct {
+	authFailed, handshakeTimeouts, connLimit, protocol, limits atomic.Uint64
+}
+
+func (s *securityCounters) snapshot() RefusedStats {
+	return RefusedStats{
+		AuthFailed:        s.authFailed.Load(),
+		HandshakeTimeouts: s.handshakeTimeouts.Load(),
+		ConnLimit:         s.connLimit.Load(),
+		ProtocolErrors:    s.protocol.Load(),
+		Limits:            s.limits.Load(),
+	}
+}
+
+// countClose counts why a connection closed, for [RefusedStats].
+func (n *Node) countClose(err error) {
+	var fe *wire.FrameError
+	switch {
+	case errors.Is(err, ErrAuthFailed):
+		n.sec.authFailed.Add(1)
+	case errors.Is(err, ErrInboundBudget) || errors.Is(err, taskid.ErrTooManyChannels) || errors.Is(err, wire.ErrFrameTooLarge):
+		n.sec.limits.Add(1)
+	case errors.As(err, &fe) || errors.Is(err, wire.ErrBadMagic) || errors.Is(err, wire.ErrVersion) ||
+		errors.Is(err, wire.ErrReserved) || errors.Is(err, wire.ErrUnknownChannel) || errors.Is(err, ErrHandshake):
+		n.sec.protocol.Add(1)
+	}
 }
 
 // ConnStats counts one connection's traffic.
@@ -107,6 +149,7 @@ func (n *Node) Stats(channels bool) Stats {
 	s.Closed.add(n.gone.s)
 	n.gone.Unlock()
 	s.Faults = n.faultN.snapshot()
+	s.Refused = n.sec.snapshot()
 	if channels {
 		for _, p := range n.peers() {
 			p.mu.Lock()

@@ -208,6 +208,7 @@ func (t *timers) housekeep(now int64) {
 	}
 	t.mu.Unlock()
 	for _, c := range expired {
+		n.sec.handshakeTimeouts.Add(1)
 		n.abort(c, ErrHandshakeTimeout)
 	}
 
@@ -241,9 +242,9 @@ func (t *timers) housekeep(now int64) {
 		if len(dialed) > 0 {
 			c := dialed[int(uint64(now)%uint64(len(dialed)))]
 			n.faultN.resets.Add(1)
-			_ = c.gc.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			_ = c.lk.Execute(gnet.RunnableFunc(func(context.Context) error {
 				c.close(errInjectedReset)
-				return c.gc.Close()
+				return c.lk.Close()
 			}))
 		}
 	}

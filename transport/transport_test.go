@@ -423,7 +423,7 @@ func TestHostilePeersLoseOnlyTheirOwnConnection(t *testing.T) {
 		{"garbage", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), wire.GoAwayProtocolError},
 		{"the wrong magic", append([]byte("SLCX"), goodPreface()[4:]...), wire.GoAwayProtocolError},
 		{"another protocol version", func() []byte { b := goodPreface(); b[4] = 9; return b }(), wire.GoAwayVersionMismatch},
-		{"an oversized length", bigLen(), wire.GoAwayProtocolError},
+		{"an oversized length", bigLen(), wire.GoAwayLimit},
 		{"an endless varint", endlessVarint(), wire.GoAwayProtocolError},
 		{"a channel never opened", unknownChannel(), wire.GoAwayProtocolError},
 		{"a checksum mismatch", badCRC(), wire.GoAwayProtocolError},
