@@ -55,6 +55,8 @@ func (w *Worker) Do(req Request) Response {
 		} else {
 			err = w.Start(*req.Start)
 		}
+	case "run":
+		err = w.Run(req.Gen)
 	case "stop":
 		w.Stop()
 	case "clock":

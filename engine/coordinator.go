@@ -105,6 +105,9 @@ type Coordinator struct {
 
 	// the checkpoint schedule of the running generation
 	target, horizon, interval int64
+	// the fault schedule
+	nextCrash, nextKill   time.Time
+	crashTimer, killTimer *time.Timer
 
 	// per worker cumulative counters, banked when a worker restarts
 	mu struct {
@@ -300,7 +303,11 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 				res.RecoveryTimes = append(res.RecoveryTimes, time.Since(failedAt))
 			}
 			var results map[string][]byte
+			before := res.Checkpoints
 			results, err = c.drive(ctx, gen, restore, has, res)
+			if res.Checkpoints > before {
+				backoff = c.cfg.Restart.MinBackoff // the last generation made progress
+			}
 			if err == nil {
 				res.Results = results
 				c.totals(res)
@@ -333,11 +340,7 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			return nil, ctx.Err()
 		case <-time.After(backoff):
 		}
-		if len(restarts) > 1 && now.Sub(restarts[len(restarts)-2]) < 4*c.cfg.Restart.MaxBackoff {
-			backoff = min(2*backoff, c.cfg.Restart.MaxBackoff)
-		} else {
-			backoff = c.cfg.Restart.MinBackoff
-		}
+		backoff = min(2*backoff, c.cfg.Restart.MaxBackoff)
 		c.event("recovery", fmt.Sprintf("generation %d", gen+1))
 	}
 }
@@ -420,7 +423,8 @@ func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restor
 			return fmt.Errorf("node %d start: %w", i, err)
 		}
 	}
-	return nil
+	_, err := c.all(ctx, Request{Op: "run", Gen: gen})
+	return err
 }
 
 type roundKey struct{ node, slot int }
@@ -437,16 +441,27 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 	svc := clock.New[roundKey]()
 	rounds := time.NewTicker(every)
 	defer rounds.Stop()
+	// Fault schedules outlive generations, so that frequent recoveries do
+	// not keep postponing the other kind of fault.
 	var crashC, killC <-chan time.Time
+	now := time.Now()
 	if c.cfg.CrashEvery > 0 {
-		t := time.NewTicker(c.cfg.CrashEvery)
+		if c.nextCrash.IsZero() {
+			c.nextCrash = now.Add(c.cfg.CrashEvery)
+		}
+		t := time.NewTimer(max(0, c.nextCrash.Sub(now)))
 		defer t.Stop()
 		crashC = t.C
+		c.crashTimer = t
 	}
 	if c.cfg.KillEvery > 0 {
-		t := time.NewTicker(c.cfg.KillEvery)
+		if c.nextKill.IsZero() {
+			c.nextKill = now.Add(c.cfg.KillEvery)
+		}
+		t := time.NewTimer(max(0, c.nextKill.Sub(now)))
 		defer t.Stop()
 		killC = t.C
+		c.killTimer = t
 	}
 	ids := c.job.tasks()
 	lastDone, lastTc := time.Now(), c.target-c.interval
@@ -461,6 +476,8 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 			}
 			return nil, fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
 		case <-crashC:
+			c.nextCrash = time.Now().Add(c.cfg.CrashEvery)
+			c.crashTimer.Reset(c.cfg.CrashEvery)
 			id := ids[c.rng.IntN(len(ids))]
 			node := c.job.Placement(len(c.handles))[id]
 			if _, err := c.handles[node].do(ctx, Request{Op: "crash", Gen: gen, Task: id.String()}); err == nil {
@@ -469,6 +486,8 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 			k--
 			continue
 		case <-killC:
+			c.nextKill = time.Now().Add(c.cfg.KillEvery)
+			c.killTimer.Reset(c.cfg.KillEvery)
 			i := c.rng.IntN(len(c.handles))
 			if err := c.handles[i].kill(); err == nil {
 				res.Kills++

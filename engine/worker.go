@@ -143,6 +143,7 @@ type incarnation struct {
 	outs       []*outputs
 	wg         sync.WaitGroup
 	tickerDone chan struct{}
+	running    bool
 }
 
 // Start stops the running generation, if any, and starts gen: stateful
@@ -235,11 +236,28 @@ func (w *Worker) Start(cmd StartCmd) error {
 			w.registered[id] = true
 		}
 	}
+	go inc.tick()
+	return nil
+}
+
+// Run starts the sources of generation gen. The coordinator calls it once
+// every worker has started gen, so that no task receives data of a
+// generation it does not run yet (it would drop it).
+func (w *Worker) Run(gen uint64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	inc, err := w.current(gen)
+	if err != nil {
+		return err
+	}
+	if inc.running {
+		return nil
+	}
+	inc.running = true
 	for _, sr := range inc.sources {
 		inc.wg.Add(1)
 		go sr.run()
 	}
-	go inc.tick()
 	return nil
 }
 
