@@ -118,16 +118,20 @@ func sendAll(t *testing.T, ctx context.Context, p *Peer, channels, n, size int) 
 	}
 }
 
-func TestMessagesArriveOnceAndInOrder(t *testing.T) {
-	rx, _, p := newPair(t, nil, nil)
+func TestMessagesArriveOnceAndInOrder(t *testing.T) { forEachBackend(t, testMessagesArriveOnceAndInOrder) }
+
+func testMessagesArriveOnceAndInOrder(t *testing.T, be []Option) {
+	rx, _, p := newPairOn(t, be, nil, nil)
 	col := newCollector()
 	rx.HandleAll(col.handler)
 	sendAll(t, ctxT(t, 20*time.Second), p, 1, 20000, 100)
 	col.check(t, 20000)
 }
 
-func TestManyChannelsShareOneConnection(t *testing.T) {
-	rx, tx, p := newPair(t, nil, nil)
+func TestManyChannelsShareOneConnection(t *testing.T) { forEachBackend(t, testManyChannelsShareOneConnection) }
+
+func testManyChannelsShareOneConnection(t *testing.T, be []Option) {
+	rx, tx, p := newPairOn(t, be, nil, nil)
 	col := newCollector()
 	rx.HandleAll(col.handler)
 	sendAll(t, ctxT(t, 20*time.Second), p, 200, 300, 64)
@@ -137,8 +141,10 @@ func TestManyChannelsShareOneConnection(t *testing.T) {
 	}
 }
 
-func TestSeveralConnectionsPerPeer(t *testing.T) {
-	rx, tx, p := newPair(t, nil, []Option{WithConnectionsPerPeer(3)})
+func TestSeveralConnectionsPerPeer(t *testing.T) { forEachBackend(t, testSeveralConnectionsPerPeer) }
+
+func testSeveralConnectionsPerPeer(t *testing.T, be []Option) {
+	rx, tx, p := newPairOn(t, be, nil, []Option{WithConnectionsPerPeer(3)})
 	col := newCollector()
 	rx.HandleAll(col.handler)
 	sendAll(t, ctxT(t, 20*time.Second), p, 12, 500, 64)
@@ -148,8 +154,10 @@ func TestSeveralConnectionsPerPeer(t *testing.T) {
 	}
 }
 
-func TestMessagesSentBeforeTheHandlerRegistersWait(t *testing.T) {
-	rx, _, p := newPair(t, nil, nil)
+func TestMessagesSentBeforeTheHandlerRegistersWait(t *testing.T) { forEachBackend(t, testMessagesSentBeforeTheHandlerRegistersWait) }
+
+func testMessagesSentBeforeTheHandlerRegistersWait(t *testing.T, be []Option) {
+	rx, _, p := newPairOn(t, be, nil, nil)
 	ctx := ctxT(t, 10*time.Second)
 	s, err := p.OpenSender(ctx, taskid.ID{Processor: 0}, taskid.ID{Processor: 1})
 	if err != nil {
@@ -171,8 +179,10 @@ func TestMessagesSentBeforeTheHandlerRegistersWait(t *testing.T) {
 	col.check(t, 100)
 }
 
-func TestTrySendSaysWhenTheWindowIsFull(t *testing.T) {
-	_, _, p := newPair(t, nil, nil) // no handler: nothing is consumed, so nothing is acknowledged
+func TestTrySendSaysWhenTheWindowIsFull(t *testing.T) { forEachBackend(t, testTrySendSaysWhenTheWindowIsFull) }
+
+func testTrySendSaysWhenTheWindowIsFull(t *testing.T, be []Option) {
+	_, _, p := newPairOn(t, be, nil, nil) // no handler: nothing is consumed, so nothing is acknowledged
 	ctx := ctxT(t, 10*time.Second)
 	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
 	if err != nil {
@@ -200,9 +210,11 @@ func TestTrySendSaysWhenTheWindowIsFull(t *testing.T) {
 	}
 }
 
-func TestChannelsSurviveConnectionResets(t *testing.T) {
+func TestChannelsSurviveConnectionResets(t *testing.T) { forEachBackend(t, testChannelsSurviveConnectionResets) }
+
+func testChannelsSurviveConnectionResets(t *testing.T, be []Option) {
 	f := Faults{Reset: 5 * time.Millisecond, Seed: 3}
-	rx, tx, p := newPair(t, nil, []Option{WithFaults(f), WithReconnectBackoff(time.Millisecond, 10*time.Millisecond)})
+	rx, tx, p := newPairOn(t, be, nil, []Option{WithFaults(f), WithReconnectBackoff(time.Millisecond, 10*time.Millisecond)})
 	col := newCollector()
 	rx.HandleAll(col.handler)
 	sendAll(t, ctxT(t, 60*time.Second), p, 8, 30000, 100)
@@ -212,9 +224,11 @@ func TestChannelsSurviveConnectionResets(t *testing.T) {
 	}
 }
 
-func TestLossDuplicationAndAckLossAreRepaired(t *testing.T) {
+func TestLossDuplicationAndAckLossAreRepaired(t *testing.T) { forEachBackend(t, testLossDuplicationAndAckLossAreRepaired) }
+
+func testLossDuplicationAndAckLossAreRepaired(t *testing.T, be []Option) {
 	f := Faults{Drop: 0.05, CtrlDrop: 0.05, Dup: 0.02, Seed: 11}
-	rx, tx, p := newPair(t, []Option{WithFaults(Faults{CtrlDrop: 0.05, Dup: 0.02, Seed: 12})}, []Option{WithFaults(f)})
+	rx, tx, p := newPairOn(t, be, []Option{WithFaults(Faults{CtrlDrop: 0.05, Dup: 0.02, Seed: 12})}, []Option{WithFaults(f)})
 	col := newCollector()
 	rx.HandleAll(col.handler)
 	sendAll(t, ctxT(t, 60*time.Second), p, 16, 3000, 100)
@@ -383,8 +397,10 @@ func goodPreface() []byte {
 	return wire.AppendPreface(nil, wire.Preface{Version: wire.Version, NodeID: 42})
 }
 
-func TestHostilePeersLoseOnlyTheirOwnConnection(t *testing.T) {
-	rx, _, p := newPair(t, []Option{WithHandshakeTimeout(300 * time.Millisecond)}, nil)
+func TestHostilePeersLoseOnlyTheirOwnConnection(t *testing.T) { forPlainBackends(t, testHostilePeersLoseOnlyTheirOwnConnection) }
+
+func testHostilePeersLoseOnlyTheirOwnConnection(t *testing.T, be []Option) {
+	rx, _, p := newPairOn(t, be, []Option{WithHandshakeTimeout(300 * time.Millisecond)}, nil)
 	col := newCollector()
 	rx.HandleAll(col.handler)
 	ctx := ctxT(t, 30*time.Second)
@@ -454,27 +470,6 @@ func TestHostilePeersLoseOnlyTheirOwnConnection(t *testing.T) {
 	col.check(t, 4*20000)
 }
 
-func TestIdleConnectionsKeepMemoryBounded(t *testing.T) {
-	n := 1000
-	if testing.Short() {
-		n = 200
-	}
-	rx, _, p := newPair(t, nil, nil)
-	col := newCollector()
-	rx.HandleAll(col.handler)
-	conns := make([]net.Conn, 0, n)
-	for range n {
-		c, err := net.Dial("tcp", rx.Addr())
-		if err != nil {
-			t.Skipf("could not open %d connections: %v", n, err)
-		}
-		conns = append(conns, c)
-		defer c.Close()
-	}
-	sendAll(t, ctxT(t, 30*time.Second), p, 2, 10000, 100)
-	col.check(t, 2*10000)
-}
-
 func TestAVersionMismatchIsAClearErrorOnTheDialingSide(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -508,8 +503,10 @@ func TestAVersionMismatchIsAClearErrorOnTheDialingSide(t *testing.T) {
 	}
 }
 
-func TestCloseWaitsForAcknowledgements(t *testing.T) {
-	rx, tx, p := newPair(t, nil, nil)
+func TestCloseWaitsForAcknowledgements(t *testing.T) { forEachBackend(t, testCloseWaitsForAcknowledgements) }
+
+func testCloseWaitsForAcknowledgements(t *testing.T, be []Option) {
+	rx, tx, p := newPairOn(t, be, nil, nil)
 	col := newCollector()
 	rx.HandleAll(col.handler)
 	ctx := ctxT(t, 10*time.Second)

@@ -1,0 +1,512 @@
+package transport
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"io"
+	"math/big"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// backend is one way of running connections, for tests that run on each.
+type backend struct {
+	name string
+	opts []Option
+}
+
+var (
+	tlsOnce sync.Once
+	tlsCfg  *tls.Config
+)
+
+// testTLS returns a TLS configuration for both sides: a self-signed
+// certificate for 127.0.0.1 that the client side trusts.
+func testTLS(t testing.TB) *tls.Config {
+	tlsOnce.Do(func() {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(1),
+			Subject:      pkix.Name{CommonName: "sluice test"},
+			NotBefore:    time.Now().Add(-time.Hour),
+			NotAfter:     time.Now().Add(24 * time.Hour),
+			IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+			KeyUsage:     x509.KeyUsageDigitalSignature,
+			ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AddCert(cert)
+		tlsCfg = &tls.Config{
+			Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}},
+			RootCAs:      pool,
+		}
+	})
+	return tlsCfg
+}
+
+func backends(t testing.TB) []backend {
+	return []backend{
+		{"gnet", nil},
+		{"net", []Option{WithBackend(BackendNet)}},
+		{"tls", []Option{WithTLS(testTLS(t))}},
+	}
+}
+
+// forEachBackend runs test once per backend, as subtests.
+func forEachBackend(t *testing.T, test func(t *testing.T, be []Option)) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) { test(t, b.opts) })
+	}
+}
+
+// forPlainBackends runs test on the backends without TLS, for tests that
+// play a hostile peer with a plain socket.
+func forPlainBackends(t *testing.T, test func(t *testing.T, be []Option)) {
+	for _, b := range backends(t)[:2] {
+		t.Run(b.name, func(t *testing.T) { test(t, b.opts) })
+	}
+}
+
+// newPairOn is newPair with the backend's options on both nodes.
+func newPairOn(t *testing.T, be, rxOpts, txOpts []Option) (rx, tx *Node, p *Peer) {
+	t.Helper()
+	return newPair(t, append(append([]Option(nil), be...), rxOpts...), append(append([]Option(nil), be...), txOpts...))
+}
+
+var (
+	testKey  = []byte("a pre-shared key of 32 bytes....")
+	wrongKey = []byte("another key, also of 32 bytes...")
+)
+
+// legitFlow sends n messages on 2 channels from a new node with txOpts to
+// rx, and returns a function that waits until every one is delivered once,
+// in order.
+func legitFlow(t *testing.T, rx *Node, n int, txOpts ...Option) (wait func()) {
+	t.Helper()
+	tx, err := NewNode(txOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tx.Abort)
+	p, err := tx.Peer(rx.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	ctx := ctxT(t, 30*time.Second)
+	done := make(chan struct{})
+	go func() { defer close(done); sendAll(t, ctx, p, 2, n, 100) }()
+	return func() {
+		t.Helper()
+		<-done
+		col.check(t, int64(2*n))
+	}
+}
+
+func TestAuthentication(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be []Option) {
+		with := func(opts ...Option) []Option { return append(append([]Option(nil), be...), opts...) }
+		cases := []struct {
+			name  string
+			rxKey []byte
+			txKey []byte
+		}{
+			{"a dialer with another key is refused, both sides say authentication failed", testKey, wrongKey},
+			{"a dialer without a key is refused by a node that has one", testKey, nil},
+			{"a dialer with a key refuses a node that has none", nil, testKey},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				var rxOpts, legitOpts []Option
+				if tc.rxKey != nil {
+					rxOpts = append(rxOpts, WithKey(tc.rxKey))
+					legitOpts = append(legitOpts, WithKey(tc.rxKey))
+				}
+				rx, err := NewNode(with(append(rxOpts, WithListen("127.0.0.1:0"))...)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(rx.Abort)
+				wait := legitFlow(t, rx, 5000, with(legitOpts...)...)
+
+				var txOpts []Option
+				if tc.txKey != nil {
+					txOpts = append(txOpts, WithKey(tc.txKey))
+				}
+				tx, err := NewNode(with(txOpts...)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Abort()
+				p, _ := tx.Peer(rx.Addr())
+				err = p.WaitConnected(ctxT(t, 5*time.Second))
+				if !errors.Is(err, ErrAuthFailed) || !errors.Is(err, ErrRejected) {
+					t.Fatalf("WaitConnected: %v, want ErrAuthFailed and ErrRejected", err)
+				}
+				if !strings.Contains(err.Error(), "authentication failed") {
+					t.Errorf("the error %q does not say authentication failed", err)
+				}
+				for _, k := range [][]byte{testKey, wrongKey} {
+					if bytes.Contains([]byte(err.Error()), k) {
+						t.Errorf("the error %q shows a key", err)
+					}
+				}
+				if _, err := p.OpenSender(ctxT(t, time.Second), taskid.ID{}, taskid.ID{Processor: 1}); !errors.Is(err, ErrRejected) {
+					t.Errorf("OpenSender on a refused peer: %v, want ErrRejected", err)
+				}
+				wait()
+				if n := tx.Stats(false).Refused.AuthFailed; n != 1 {
+					t.Errorf("the dialer counted %d authentication failures, want 1 (it must not redial)", n)
+				}
+				deadline := time.Now().Add(5 * time.Second)
+				for rx.Stats(false).Refused.AuthFailed == 0 && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
+				if rx.Stats(false).Refused.AuthFailed == 0 {
+					t.Error("the acceptor did not count the authentication failure")
+				}
+			})
+		}
+	})
+}
+
+func TestAKeyIsRefusedWhenTooShort(t *testing.T) {
+	if _, err := NewNode(WithKey([]byte("qwxzy"))); !errors.Is(err, ErrBadKey) || strings.Contains(err.Error(), "qwxzy") {
+		t.Fatalf("NewNode with a 5-byte key: %v, want ErrBadKey without the key in it", err)
+	}
+}
+
+// recordingProxy forwards one connection to addr and records what the
+// dialer sent.
+func recordingProxy(t *testing.T, addr string) (proxyAddr string, recorded func() []byte) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var rec bytes.Buffer
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		up, err := net.Dial("tcp", addr)
+		if err != nil {
+			return
+		}
+		defer up.Close()
+		go func() { _, _ = io.Copy(c, up) }()
+		buf := make([]byte, 4096)
+		for {
+			n, err := c.Read(buf)
+			mu.Lock()
+			rec.Write(buf[:n])
+			mu.Unlock()
+			if _, werr := up.Write(buf[:n]); err != nil || werr != nil {
+				return
+			}
+		}
+	}()
+	return ln.Addr().String(), func() []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return bytes.Clone(rec.Bytes())
+	}
+}
+
+func TestAReplayedHandshakeFails(t *testing.T) {
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithKey(testKey)}, be...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rx.Abort)
+		// Record an honest dialer's whole handshake through a proxy.
+		proxy, recorded := recordingProxy(t, rx.Addr())
+		tx, err := NewNode(append([]Option{WithKey(testKey)}, be...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Abort()
+		p, _ := tx.Peer(proxy)
+		if err := p.WaitConnected(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		rec := recorded()
+		if want := wire.PrefaceLen + 2*(wire.HeaderLen+wire.AuthBodyLen); len(rec) < want {
+			t.Fatalf("recorded %d bytes, want at least the %d of a preface and two AUTH frames", len(rec), want)
+		}
+		wait := legitFlow(t, rx, 5000, append([]Option{WithKey(testKey)}, be...)...)
+		// Replay it on a new connection: the node's nonce is new.
+		c := rawConn(t, rx.Addr())
+		if _, err := c.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+		g, ok := readGoAway(t, c)
+		if !ok || g.Code != wire.GoAwayAuthFailed {
+			t.Fatalf("the replay got GOAWAY %v (%v), want AUTH_FAILED", g.Code, ok)
+		}
+		wait()
+	})
+}
+
+func TestHostilePeersUnderAuthentication(t *testing.T) {
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithKey(testKey), WithHandshakeTimeout(300 * time.Millisecond)}, be...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rx.Abort)
+		wait := legitFlow(t, rx, 5000, append([]Option{WithKey(testKey)}, be...)...)
+		authPreface := wire.AppendPreface(nil, wire.Preface{Flags: wire.FlagAuth, NodeID: 7})
+		cases := []struct {
+			name  string
+			input []byte
+			code  wire.GoAwayCode
+		}{
+			{"an OPEN before authenticating is a protocol error", wire.AppendOpen(bytes.Clone(authPreface), wire.Open{Channel: 0, Target: taskid.ID{Processor: 1}}), wire.GoAwayProtocolError},
+			{"a DATA frame before authenticating is a protocol error", wire.AppendPing(bytes.Clone(authPreface), 1), wire.GoAwayProtocolError},
+			{"a made-up proof fails authentication", wire.AppendAuth(wire.AppendAuth(bytes.Clone(authPreface), wire.Auth{Step: wire.AuthChallenge}), wire.Auth{Step: wire.AuthProof}), wire.GoAwayAuthFailed},
+			{"a large frame header before authenticating is refused from the header", append(bytes.Clone(authPreface), byte(wire.FrameAuth), 0, 0, 1, 0, 0, 0, 0, 0, 0), wire.GoAwayLimit},
+			{"a preface without a key is refused", goodPreface(), wire.GoAwayAuthFailed},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				c := rawConn(t, rx.Addr())
+				if _, err := c.Write(tc.input); err != nil {
+					t.Fatal(err)
+				}
+				g, ok := readGoAway(t, c)
+				if !ok || g.Code != tc.code {
+					t.Fatalf("GOAWAY %v (%q, %v), want %v", g.Code, g.Message, ok, tc.code)
+				}
+				if bytes.Contains([]byte(g.Message), testKey) {
+					t.Errorf("the GOAWAY message shows the key: %q", g.Message)
+				}
+			})
+		}
+		t.Run("a peer sending its handshake a byte at a time is closed at the handshake timeout", func(t *testing.T) {
+			before := rx.Stats(false).Refused.HandshakeTimeouts
+			c := rawConn(t, rx.Addr())
+			in := wire.AppendAuth(bytes.Clone(authPreface), wire.Auth{Step: wire.AuthChallenge})
+			start := time.Now()
+			var werr error
+			for i := 0; werr == nil && time.Since(start) < 5*time.Second; i++ {
+				_, werr = c.Write(in[i%len(in) : i%len(in)+1])
+				if i == len(in)-1 {
+					in = in[:0:0] // then the proof, forever
+					in = append(in, make([]byte, 1<<10)...)
+				}
+				time.Sleep(20 * time.Millisecond)
+				var one [1]byte
+				_ = c.SetReadDeadline(time.Now().Add(time.Millisecond))
+				if _, rerr := c.Read(one[:]); rerr == io.EOF {
+					break
+				}
+			}
+			if time.Since(start) >= 5*time.Second {
+				t.Fatal("the slow peer was not closed")
+			}
+			if got := rx.Stats(false).Refused.HandshakeTimeouts; got <= before {
+				t.Errorf("handshake timeouts %d, want more than %d", got, before)
+			}
+		})
+		wait()
+	})
+}
+
+func TestAFloodOfOpensIsBoundedByTheChannelLimit(t *testing.T) {
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithMaxChannels(100)}, be...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rx.Abort)
+		wait := legitFlow(t, rx, 5000, be...)
+		b := goodPreface()
+		for i := range 10000 {
+			b = wire.AppendOpen(b, wire.Open{Channel: uint32(i), Source: taskid.ID{Processor: 9, Index: uint32(i)}, Target: taskid.ID{Processor: 9, Index: uint32(i)}})
+		}
+		c := rawConn(t, rx.Addr())
+		go func() { _, _ = c.Write(b) }()
+		g, ok := readGoAway(t, c)
+		if !ok || g.Code != wire.GoAwayLimit {
+			t.Fatalf("GOAWAY %v (%q), want LIMIT", g.Code, g.Message)
+		}
+		wait()
+		if rx.Stats(false).Refused.Limits == 0 {
+			t.Error("the limit was not counted")
+		}
+	})
+}
+
+func TestConnectionsPerAddressAreLimited(t *testing.T) {
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithMaxConnsPerAddr(4)}, be...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rx.Abort)
+		wait := legitFlow(t, rx, 5000, be...) // one connection
+		for range 3 {                        // three more: at the limit
+			c := rawConn(t, rx.Addr())
+			if _, err := c.Write(goodPreface()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for len(rx.Stats(false).Conns) < 4 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		c := rawConn(t, rx.Addr())
+		g, ok := readGoAway(t, c)
+		if !ok || g.Code != wire.GoAwayLimit {
+			t.Fatalf("the fifth connection got GOAWAY %v (%q, %v), want LIMIT", g.Code, g.Message, ok)
+		}
+		wait()
+		if rx.Stats(false).Refused.ConnLimit != 1 {
+			t.Errorf("refused %d connections over the limit, want 1", rx.Stats(false).Refused.ConnLimit)
+		}
+	})
+}
+
+func TestTruncatedAndTricklingFramesCostOnlyTheirOwnConnection(t *testing.T) {
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithMaxFrame(128 << 10)}, be...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rx.Abort)
+		wait := legitFlow(t, rx, 5000, be...)
+		// A frame cut short, then the socket closed.
+		c := rawConn(t, rx.Addr())
+		f := wire.AppendPing(goodPreface(), 1)
+		_, _ = c.Write(f[:len(f)-3])
+		c.Close()
+		// A header claiming the largest frame, then its body a little at a
+		// time: legal, and it can make the node buffer at most one frame.
+		c = rawConn(t, rx.Addr())
+		h := append(goodPreface(), byte(wire.FramePing), 0, 0, 2, 0, 0, 0, 0, 0, 0) // 128 KiB
+		_, _ = c.Write(h)
+		for range 20 {
+			if _, err := c.Write(make([]byte, 1000)); err != nil {
+				t.Fatalf("the node closed a connection that is within its limits: %v", err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// One byte more than the limit is refused from the header.
+		c2 := rawConn(t, rx.Addr())
+		_, _ = c2.Write(append(goodPreface(), byte(wire.FramePing), 0, 0, 2, 0, 1, 0, 0, 0, 0))
+		if g, ok := readGoAway(t, c2); !ok || g.Code != wire.GoAwayLimit {
+			t.Errorf("a header of max frame + 1: GOAWAY %v (%v), want LIMIT", g.Code, ok)
+		}
+		wait()
+	})
+}
+
+func TestAPlainPeerOfATLSNodeIsClosed(t *testing.T) {
+	rx, err := NewNode(WithListen("127.0.0.1:0"), WithTLS(testTLS(t)), WithHandshakeTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rx.Abort)
+	wait := legitFlow(t, rx, 5000, WithTLS(testTLS(t)))
+	for _, in := range [][]byte{goodPreface(), []byte("GET / HTTP/1.1\r\n\r\n")} {
+		c := rawConn(t, rx.Addr())
+		_, _ = c.Write(in)
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		all, err := io.ReadAll(c)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatal("the node did not close a plain-text peer")
+		}
+		if bytes.Contains(all, []byte(wire.Magic)) {
+			t.Error("the node spoke Sluice in clear text to a peer that did not do TLS")
+		}
+	}
+	wait()
+}
+
+// TestAThousandIdleConnectionsAreClosedAndCostLittle opens connections that
+// never send their preface. They are closed at the handshake timeout, and
+// while they are open each costs the node less than idleConnBound bytes of
+// heap and stack.
+func TestAThousandIdleConnectionsAreClosedAndCostLittle(t *testing.T) {
+	const idleConnBound = 48 << 10
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		n := 1000
+		if testing.Short() {
+			n = 200
+		}
+		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithMaxConnsPerAddr(n + 10), WithHandshakeTimeout(time.Second)}, be...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rx.Abort)
+		wait := legitFlow(t, rx, 10000, be...)
+		mem := func() uint64 {
+			runtime.GC()
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			return m.HeapInuse + m.StackInuse
+		}
+		before := mem()
+		conns := make([]net.Conn, 0, n)
+		for range n {
+			c, err := net.Dial("tcp", rx.Addr())
+			if err != nil {
+				t.Skipf("could not open %d connections: %v", n, err)
+			}
+			conns = append(conns, c)
+			defer c.Close()
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for len(rx.Stats(false).Conns) < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		// The dialing side's sockets are in this process too, and cost it
+		// more than the node does; the bound holds for both together.
+		if grew := int64(mem()) - int64(before); grew > int64(n)*idleConnBound {
+			t.Errorf("%d idle connections took %d KiB (%d B each), want under %d B each", n, grew>>10, grew/int64(n), idleConnBound)
+		} else {
+			t.Logf("%d idle connections: %d B each", n, max(grew, 0)/int64(n))
+		}
+		for _, c := range conns {
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.ReadAll(c); err != nil {
+				t.Fatalf("an idle connection was not closed: %v", err)
+			}
+		}
+		if got := rx.Stats(false).Refused.HandshakeTimeouts; got < uint64(n) {
+			t.Errorf("%d handshake timeouts, want %d", got, n)
+		}
+		wait()
+	})
+}
