@@ -375,7 +375,7 @@ func TestConnectionsPerAddressAreLimited(t *testing.T) {
 		}
 		t.Cleanup(rx.Abort)
 		wait := legitFlow(t, rx, 5000, be...) // one connection
-		for range 3 {                        // three more: at the limit
+		for range 3 {                         // three more: at the limit
 			c := rawConn(t, rx.Addr())
 			if _, err := c.Write(goodPreface()); err != nil {
 				t.Fatal(err)

@@ -118,7 +118,9 @@ func sendAll(t *testing.T, ctx context.Context, p *Peer, channels, n, size int) 
 	}
 }
 
-func TestMessagesArriveOnceAndInOrder(t *testing.T) { forEachBackend(t, testMessagesArriveOnceAndInOrder) }
+func TestMessagesArriveOnceAndInOrder(t *testing.T) {
+	forEachBackend(t, testMessagesArriveOnceAndInOrder)
+}
 
 func testMessagesArriveOnceAndInOrder(t *testing.T, be []Option) {
 	rx, _, p := newPairOn(t, be, nil, nil)
@@ -128,7 +130,9 @@ func testMessagesArriveOnceAndInOrder(t *testing.T, be []Option) {
 	col.check(t, 20000)
 }
 
-func TestManyChannelsShareOneConnection(t *testing.T) { forEachBackend(t, testManyChannelsShareOneConnection) }
+func TestManyChannelsShareOneConnection(t *testing.T) {
+	forEachBackend(t, testManyChannelsShareOneConnection)
+}
 
 func testManyChannelsShareOneConnection(t *testing.T, be []Option) {
 	rx, tx, p := newPairOn(t, be, nil, nil)
@@ -154,7 +158,9 @@ func testSeveralConnectionsPerPeer(t *testing.T, be []Option) {
 	}
 }
 
-func TestMessagesSentBeforeTheHandlerRegistersWait(t *testing.T) { forEachBackend(t, testMessagesSentBeforeTheHandlerRegistersWait) }
+func TestMessagesSentBeforeTheHandlerRegistersWait(t *testing.T) {
+	forEachBackend(t, testMessagesSentBeforeTheHandlerRegistersWait)
+}
 
 func testMessagesSentBeforeTheHandlerRegistersWait(t *testing.T, be []Option) {
 	rx, _, p := newPairOn(t, be, nil, nil)
@@ -179,7 +185,9 @@ func testMessagesSentBeforeTheHandlerRegistersWait(t *testing.T, be []Option) {
 	col.check(t, 100)
 }
 
-func TestTrySendSaysWhenTheWindowIsFull(t *testing.T) { forEachBackend(t, testTrySendSaysWhenTheWindowIsFull) }
+func TestTrySendSaysWhenTheWindowIsFull(t *testing.T) {
+	forEachBackend(t, testTrySendSaysWhenTheWindowIsFull)
+}
 
 func testTrySendSaysWhenTheWindowIsFull(t *testing.T, be []Option) {
 	_, _, p := newPairOn(t, be, nil, nil) // no handler: nothing is consumed, so nothing is acknowledged
@@ -210,7 +218,9 @@ func testTrySendSaysWhenTheWindowIsFull(t *testing.T, be []Option) {
 	}
 }
 
-func TestChannelsSurviveConnectionResets(t *testing.T) { forEachBackend(t, testChannelsSurviveConnectionResets) }
+func TestChannelsSurviveConnectionResets(t *testing.T) {
+	forEachBackend(t, testChannelsSurviveConnectionResets)
+}
 
 func testChannelsSurviveConnectionResets(t *testing.T, be []Option) {
 	f := Faults{Reset: 5 * time.Millisecond, Seed: 3}
@@ -224,7 +234,9 @@ func testChannelsSurviveConnectionResets(t *testing.T, be []Option) {
 	}
 }
 
-func TestLossDuplicationAndAckLossAreRepaired(t *testing.T) { forEachBackend(t, testLossDuplicationAndAckLossAreRepaired) }
+func TestLossDuplicationAndAckLossAreRepaired(t *testing.T) {
+	forEachBackend(t, testLossDuplicationAndAckLossAreRepaired)
+}
 
 func testLossDuplicationAndAckLossAreRepaired(t *testing.T, be []Option) {
 	f := Faults{Drop: 0.05, CtrlDrop: 0.05, Dup: 0.02, Seed: 11}
@@ -397,7 +409,9 @@ func goodPreface() []byte {
 	return wire.AppendPreface(nil, wire.Preface{Version: wire.Version, NodeID: 42})
 }
 
-func TestHostilePeersLoseOnlyTheirOwnConnection(t *testing.T) { forPlainBackends(t, testHostilePeersLoseOnlyTheirOwnConnection) }
+func TestHostilePeersLoseOnlyTheirOwnConnection(t *testing.T) {
+	forPlainBackends(t, testHostilePeersLoseOnlyTheirOwnConnection)
+}
 
 func testHostilePeersLoseOnlyTheirOwnConnection(t *testing.T, be []Option) {
 	rx, _, p := newPairOn(t, be, []Option{WithHandshakeTimeout(300 * time.Millisecond)}, nil)
@@ -503,7 +517,9 @@ func TestAVersionMismatchIsAClearErrorOnTheDialingSide(t *testing.T) {
 	}
 }
 
-func TestCloseWaitsForAcknowledgements(t *testing.T) { forEachBackend(t, testCloseWaitsForAcknowledgements) }
+func TestCloseWaitsForAcknowledgements(t *testing.T) {
+	forEachBackend(t, testCloseWaitsForAcknowledgements)
+}
 
 func testCloseWaitsForAcknowledgements(t *testing.T, be []Option) {
 	rx, tx, p := newPairOn(t, be, nil, nil)
