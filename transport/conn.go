@@ -142,6 +142,9 @@ func (c *conn) opening() []byte { return c.hs.Start() }
 // closed the connection and act says so.
 func (c *conn) handshake(b []byte) (off int, open bool, act gnet.Action) {
 	s, err := c.hs.Feed(b)
+	if id := c.hs.Peer().NodeID; id != 0 {
+		c.remoteID.Store(id) // for errors and logs, even if the handshake fails
+	}
 	if s.Out != nil {
 		if _, werr := c.lk.Write(s.Out); werr != nil && err == nil {
 			c.close(werr)

@@ -195,6 +195,18 @@ func TestAuthentication(t *testing.T) {
 	})
 }
 
+func TestTheCallerMayWipeItsKeyOnceTheOptionIsMade(t *testing.T) {
+	key := bytes.Clone(testKey)
+	opt := WithKey(key)
+	clear(key)
+	rx, err := NewNode(WithListen("127.0.0.1:0"), WithKey(testKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rx.Abort)
+	legitFlow(t, rx, 100, opt)()
+}
+
 func TestAKeyIsRefusedWhenTooShort(t *testing.T) {
 	if _, err := NewNode(WithKey([]byte("qwxzy"))); !errors.Is(err, ErrBadKey) || strings.Contains(err.Error(), "qwxzy") {
 		t.Fatalf("NewNode with a 5-byte key: %v, want ErrBadKey without the key in it", err)

@@ -152,11 +152,13 @@ func WithFaults(f Faults) Option { return func(o *options) { o.faults = f } }
 // wire/SPEC.md "Authentication") that they hold the same key. A peer with
 // another key or none is refused with GOAWAY AUTH_FAILED and an error
 // matching [ErrAuthFailed] on both sides; a dialing [Peer] refused so stops
-// redialing ([ErrRejected]). The key is copied; it never appears in logs,
-// errors or stats. Default: no key, no authentication (and a peer that has
+// redialing ([ErrRejected]). The key never appears in logs, errors or
+// stats. It is copied when WithKey is called, so the caller
+// may wipe its own copy at once. Default: no key, no authentication (and a peer that has
 // a key refuses this node).
 func WithKey(key []byte) Option {
-	return func(o *options) { o.key = append([]byte(nil), key...) }
+	k := append([]byte{}, key...) // now: the caller may wipe its copy
+	return func(o *options) { o.key = k }
 }
 
 // WithTLS encrypts every connection with TLS 1.3 (older versions are

@@ -1,13 +1,23 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -167,14 +177,20 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"arrives exactly once and in order, and tells each sender what it found.", stderr)
 	listen := fs.String("listen", "127.0.0.1:7400", "address to listen on")
 	consume := fs.Float64("consume-rate", 0, "messages per second consumed at most; 0: no limit")
+	var sec securityFlags
+	sec.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	secOpts, err := sec.options()
+	if err != nil {
 		return err
 	}
 	s := &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: stderr}
 	if *consume > 0 {
 		s.lim = &limiter{rate: *consume}
 	}
-	node, err := transport.NewNode(transport.WithListen(*listen))
+	node, err := transport.NewNode(append(secOpts, transport.WithListen(*listen))...)
 	if err != nil {
 		return err
 	}
@@ -201,7 +217,13 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	out.register(fs)
 	var tc transportConfig
 	tc.register(fs)
+	var sec securityFlags
+	sec.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	secOpts, err := sec.options()
+	if err != nil {
 		return err
 	}
 	if *messages < 1 {
@@ -222,7 +244,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		reply = net.JoinHostPort(host, "0")
 	}
-	node, err := transport.NewNode(transport.WithListen(reply), transport.WithConnectionsPerPeer(tc.connections))
+	node, err := transport.NewNode(append(secOpts, transport.WithListen(reply), transport.WithConnectionsPerPeer(tc.connections))...)
 	if err != nil {
 		return err
 	}
@@ -341,4 +363,77 @@ func localAddrToward(addr string) (string, error) {
 	defer c.Close()
 	host, _, err := net.SplitHostPort(c.LocalAddr().String())
 	return host, err
+}
+
+// securityFlags are the --key-file and --tls flags of the commands that open
+// transport nodes.
+type securityFlags struct {
+	keyFile string
+	tls     bool
+}
+
+func (s *securityFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.keyFile, "key-file", "", "file holding the pre-shared key (at least 16 bytes; surrounding whitespace is trimmed) that every peer must prove it holds; all peers need the same file")
+	fs.BoolVar(&s.tls, "tls", false, "encrypt connections with TLS 1.3 (an ephemeral self-signed certificate; peers are authenticated by --key-file, which is required)")
+}
+
+// options reads the key file and builds the transport options. Errors name
+// the file, never its contents.
+func (s *securityFlags) options() ([]transport.Option, error) {
+	var opts []transport.Option
+	if s.keyFile != "" {
+		raw, err := os.ReadFile(s.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--key-file: %w", err)
+		}
+		key := bytes.TrimSpace(raw)
+		switch {
+		case len(key) == 0:
+			return nil, fmt.Errorf("--key-file %s is empty", s.keyFile)
+		case len(key) < minKeyLen:
+			return nil, fmt.Errorf("--key-file %s holds %d bytes, at least %d are needed", s.keyFile, len(key), minKeyLen)
+		}
+		opts = append(opts, transport.WithKey(key))
+		clear(raw)
+	}
+	if s.tls {
+		if s.keyFile == "" {
+			return nil, errors.New("--tls needs --key-file: the certificate is self-signed and not verified, so the key is what authenticates the peer")
+		}
+		cfg, err := ephemeralTLS()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, transport.WithTLS(cfg))
+	}
+	return opts, nil
+}
+
+// minKeyLen is the transport's shortest accepted key.
+const minKeyLen = 16
+
+// ephemeralTLS returns a TLS configuration with a fresh self-signed
+// certificate that does not verify the peer's: encryption only, the
+// pre-shared key authenticates.
+func ephemeralTLS() (*tls.Config, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "loadgen"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(30 * 24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("--tls: creating a certificate: %w", err)
+	}
+	return &tls.Config{
+		Certificates:       []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		InsecureSkipVerify: true, // the pre-shared key authenticates the peer
+	}, nil
 }
