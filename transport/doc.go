@@ -23,8 +23,28 @@
 // and sending resumes from the target's next expected sequence number, so no
 // message is lost or repeated while both tasks live.
 //
+// Connections run on one of two backends behind one internal interface:
+// gnet event loops (the default) or the standard net package
+// ([WithBackend](BackendNet)), one reading goroutine and one goroutine that
+// runs the connection's callbacks and writes. Either way a connection's
+// state is touched by one goroutine at a time. [WithTLS] encrypts with TLS
+// 1.3 on the net backend.
+//
+// Every connection opens with a handshake (internal/handshake, a state
+// machine without I/O): both sides send a preface; with [WithKey] both then
+// prove, by HMAC-SHA256 over both sides' fresh nonces and node ids, that
+// they hold the same pre-shared key, before any channel opens (wire/SPEC.md,
+// "Authentication"). A wrong or missing key closes the connection with
+// GOAWAY AUTH_FAILED and [ErrAuthFailed] on both sides; keys never appear in
+// logs, errors or stats.
+//
 // Every buffer is bounded: a channel's window in messages and bytes, a
-// peer's retained bytes, and each connection's inbound buffered bytes. A
-// peer that sends malformed frames loses its own connection with a typed
-// error; other connections carry on.
+// peer's retained bytes, each connection's inbound buffered bytes (payload
+// not yet consumed, [WithInboundBudget]; raw bytes, at most one frame of
+// [WithMaxFrame] plus one read, and before authentication one small frame).
+// Limits on frame size, channels per connection, connections per remote
+// address, handshake time and idle time each have an option. A peer that
+// sends malformed frames or passes a limit loses its own connection with a
+// GOAWAY and a typed error; other connections carry on. [Node.Stats] counts
+// the refusals ([RefusedStats]).
 package transport
