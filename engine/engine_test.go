@@ -116,7 +116,7 @@ func TestWordCountEqualsReferenceWithoutFaults(t *testing.T) {
 func TestWordCountSurvivesCrashes(t *testing.T) {
 	input := writeText(t, 40000, 2)
 	policy := engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
-	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond, CrashEvery: 80 * time.Millisecond, Restart: policy, Seed: 3})
+	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond, CrashEvery: 80 * slow * time.Millisecond, Restart: policy, Seed: 3})
 	sameCounts(t, got, reference(t, input))
 	if res.Recoveries == 0 || res.Crashes == 0 {
 		t.Errorf("recoveries %d crashes %d: the fault was not exercised", res.Recoveries, res.Crashes)
@@ -175,7 +175,7 @@ func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
 					t.Fatal(err, rest)
 				}
 				res, got := runWordCount(t, input, engine.Config{Nodes: 3, InitialInterval: 300, CheckpointEvery: 10 * time.Millisecond,
-					Faults: f, CrashEvery: tc.crash, KillEvery: tc.kill, Restart: policy, Seed: seed})
+					Faults: f, CrashEvery: tc.crash * slow, KillEvery: tc.kill * slow, Restart: policy, Seed: seed})
 				sameCounts(t, got, want)
 				if res.Late != 0 {
 					// Known issue (see the engine report): after a recovery the
@@ -197,7 +197,7 @@ func TestPipelineSumsAreExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true, InitialInterval: 20000, CheckpointEvery: 20 * time.Millisecond,
-		CrashEvery: 300 * time.Millisecond, Seed: 9,
+		CrashEvery: 300 * slow * time.Millisecond, Seed: 9,
 		Restart: engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
