@@ -161,6 +161,11 @@ type Sender struct {
 	payBytes int    // sum of retained payload lengths
 	pushed   uint64 // total payload bytes ever pushed: the stream offset of NextSeq
 
+	// Ring shrinking: acks that emptied the window since the last look, and
+	// the most retained in that time.
+	empties             int
+	peakBytes, peakMsgs int
+
 	// AckRequest scheduling: messages and bytes passed to MarkSent since the
 	// last MarkRequested, and the thresholds that make a request due.
 	sinceMsgs, sinceBytes int
@@ -372,11 +377,14 @@ func (s *Sender) Ack(next uint64) (freed int, err error) {
 		return 0, ErrAckBeyondSent
 	}
 	freed = int(next - s.acked)
+	s.peakBytes = max(s.peakBytes, s.payBytes)
+	s.peakMsgs = max(s.peakMsgs, int(s.nextSeq-s.acked))
 	s.payBytes -= int(s.streamOffset(next) - s.streamOffset(s.acked))
 	s.acked = next
 	s.nextToSend = max(s.nextToSend, next)
 	if s.acked == s.nextSeq {
 		s.bhead, s.btail, s.wrapped = 0, 0, false
+		s.maybeShrink()
 		return freed, nil
 	}
 	if s.wrapped && s.acked >= s.wrapSeq {
@@ -384,6 +392,29 @@ func (s *Sender) Ack(next uint64) (freed int, err error) {
 	}
 	s.bhead = int(s.recs[s.acked&s.mask].off)
 	return freed, nil
+}
+
+// shrinkEvery is how many acks that empty the window pass between looks at
+// whether its rings are larger than the channel has needed lately.
+const shrinkEvery = 64
+
+// maybeShrink gives back ring memory a channel no longer uses: rings grow to
+// a burst's size and would otherwise keep it, so ten thousand channels that
+// each once saw a burst would hold ten thousand bursts' worth of memory. It
+// runs only when the window is empty, every shrinkEvery times, and shrinks a
+// ring to twice the peak seen since the last look when that peak used less
+// than a quarter of it.
+func (s *Sender) maybeShrink() {
+	if s.empties++; s.empties < shrinkEvery {
+		return
+	}
+	if want := max(initialBytes, ceilPow2(2*s.peakBytes)); want*4 <= len(s.buf) {
+		s.buf = make([]byte, want)
+	}
+	if want := max(initialRecords, ceilPow2(2*s.peakMsgs)); want*4 <= len(s.recs) {
+		s.recs, s.mask = make([]record, want), uint64(want-1)
+	}
+	s.empties, s.peakBytes, s.peakMsgs = 0, 0, 0
 }
 
 // Rewind moves the transmit cursor back to seq so that the messages from seq

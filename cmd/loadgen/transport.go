@@ -138,8 +138,14 @@ func (l *limiter) wait(n int) {
 	t := max(l.next, now)
 	l.next = t + int64(float64(n)/l.rate*1e9)
 	l.mu.Unlock()
-	if d := time.Duration(t - now); d > 0 {
-		time.Sleep(d)
+	// Sleep in short steps: a reservation made before the limit is lifted
+	// may lie far ahead when ten thousand tasks queue for it.
+	for !l.lifted.Load() {
+		d := time.Duration(t - bench.Now())
+		if d <= 0 {
+			return
+		}
+		time.Sleep(min(d, 10*time.Millisecond))
 	}
 }
 
@@ -324,15 +330,19 @@ func sendFixedRate(ctx context.Context, cfg transportConfig, senders []*transpor
 }
 
 // sendMaxRate sends as fast as the transport takes messages. Producers
-// visit their channels in turn and skip those without credit, so one slow
-// channel does not hold back the others; when no channel has credit they
-// block on one.
+// visit their channels in turn, sending a burst to each that has credit, so
+// one slow channel does not hold back the others; when none has credit they
+// wait for an acknowledgement to free some.
 func sendMaxRate(ctx context.Context, cfg transportConfig, senders []*transport.Sender) (int64, error) {
+	const burst = 64
 	producers := min(len(senders), 2)
+	peer := senders[0].Peer()
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, producers)
 	deadline := time.Now().Add(cfg.duration)
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	for p := range producers {
 		wg.Add(1)
 		go func() {
@@ -344,38 +354,33 @@ func sendMaxRate(ctx context.Context, cfg transportConfig, senders []*transport.
 			src := newPayloadSource(cfg.size, len(senders))
 			var n int64
 			defer func() { total.Add(n) }()
-			misses := 0
-			for k := 0; ; k++ {
-				if k&1023 == 0 && (time.Now().After(deadline) || ctx.Err() != nil) {
-					return
+			for dctx.Err() == nil {
+				mark := peer.CreditMark()
+				progressed := false
+				for _, ch := range mine {
+					for range burst {
+						now := bench.Now()
+						err := senders[ch].TrySend(now, src.next(ch, now))
+						if errors.Is(err, transport.ErrNoCredit) {
+							break
+						}
+						if err != nil {
+							errs[p] = err
+							return
+						}
+						src.seqs[ch]++
+						n++
+						progressed = true
+					}
+					if n&1023 == 0 && dctx.Err() != nil {
+						return
+					}
 				}
-				ch := mine[k%len(mine)]
-				now := bench.Now()
-				err := senders[ch].TrySend(now, src.next(ch, now))
-				if err == nil {
-					src.seqs[ch]++
-					n++
-					misses = 0
-					continue
-				}
-				if !errors.Is(err, transport.ErrNoCredit) {
-					errs[p] = err
-					return
-				}
-				if misses++; misses < len(mine) {
-					continue
-				}
-				misses = 0
-				wctx, cancel := context.WithDeadline(ctx, deadline)
-				now = bench.Now()
-				err = senders[ch].Send(wctx, now, src.next(ch, now))
-				cancel()
-				if err == nil {
-					src.seqs[ch]++
-					n++
-				} else if wctx.Err() == nil {
-					errs[p] = err
-					return
+				if !progressed {
+					if err := peer.WaitCredit(dctx, mark); err != nil && dctx.Err() == nil {
+						errs[p] = err
+						return
+					}
 				}
 			}
 		}()
