@@ -173,4 +173,3 @@ func (p *sluicePeer) Latency(ctx context.Context, size, n int) (hist, error) {
 	}
 	return h, nil
 }
-
