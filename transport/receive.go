@@ -46,10 +46,29 @@ func (rs *recvState) onOpen(c *conn, o wire.Open, ic *inChan) {
 		return
 	}
 	rs.mu.conn, rs.mu.num = c, o.Channel
-	a, ok := rs.mu.r.Answer()
+	rs.answerLocked()
+}
+
+// answerLocked sends every ack the receiver has ready (an Open ack comes
+// before a request's) and unlocks rs.mu.
+func (rs *recvState) answerLocked() {
+	var acks [2]lossdetect.Ack
+	n := 0
+	for n < len(acks) {
+		a, ok := rs.mu.r.Answer()
+		if !ok {
+			break
+		}
+		acks[n] = a
+		n++
+	}
+	conn, num := rs.mu.conn, rs.mu.num
 	rs.mu.Unlock()
-	if ok {
-		c.sendAck(o.Channel, a)
+	if conn == nil {
+		return
+	}
+	for _, a := range acks[:n] {
+		conn.sendAck(num, a)
 	}
 }
 
@@ -60,12 +79,7 @@ func (rs *recvState) onAckRequest(c *conn, r wire.AckRequest) {
 		c.stats.stale.Add(1)
 		return
 	}
-	a, ok := rs.mu.r.Answer()
-	conn, num := rs.mu.conn, rs.mu.num
-	rs.mu.Unlock()
-	if ok && conn != nil {
-		conn.sendAck(num, a)
-	}
+	rs.answerLocked()
 }
 
 // onRun checks a run's messages and hands the accepted ones to the target's
@@ -108,16 +122,18 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []wire.Mes
 	return nil
 }
 
-// consumed is called by the inbox goroutine after the handler returned.
-func (rs *recvState) consumed(through uint64) {
+// consumed is called by the inbox goroutine after the handler returned the
+// messages of epoch below through. The consumption of an epoch the receiver
+// has left behind says nothing about the current one: counting it would
+// acknowledge messages of the new epoch that are queued, not consumed.
+func (rs *recvState) consumed(epoch, through uint64) {
 	rs.mu.Lock()
-	rs.mu.r.Consumed(through)
-	a, ok := rs.mu.r.Answer()
-	conn, num := rs.mu.conn, rs.mu.num
-	rs.mu.Unlock()
-	if ok && conn != nil {
-		conn.sendAck(num, a)
+	if epoch != rs.mu.r.Epoch() {
+		rs.mu.Unlock()
+		return
 	}
+	rs.mu.r.Consumed(through)
+	rs.answerLocked()
 }
 
 func (c *conn) sendAck(num uint32, a lossdetect.Ack) {
@@ -223,7 +239,7 @@ func (in *inbox) run(h Handler) {
 		for d := in.pop(); d != nil; d = in.pop() {
 			h(d.ch, d.first, d.msgs)
 			d.conn.inbound.Add(-int64(d.bytes))
-			d.rs.consumed(d.first + uint64(len(d.msgs)))
+			d.rs.consumed(d.ch.Epoch, d.first+uint64(len(d.msgs)))
 			putDelivery(d)
 		}
 		select {
