@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,9 +34,15 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 }
 
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run", "Runs a scenario in this process and reports what it measured.\n"+
-		"Scenarios: transport (two nodes over loopback sockets).", stderr)
-	scenario := fs.String("scenario", "transport", "scenario to run: transport")
+	fs := newFlagSet("run", "Runs a scenario and reports what it measured.\n"+
+		"Scenarios:\n"+
+		"  pipeline   source -> processor -> sink of --size-byte messages for --duration, with checkpoints,\n"+
+		"             checked against per-key sums: is the pipeline exactly-once? (the default)\n"+
+		"  transport  two transport nodes over loopback sockets: throughput, latency, loss, duplicates\n"+
+		"  wordcount  counts the words of --input into --output, identical under any --faults", stderr)
+	scenario := fs.String("scenario", "pipeline", "scenario to run: pipeline, transport or wordcount")
+	var sec securityFlags
+	sec.register(fs)
 	var out outputFlags
 	out.register(fs)
 	var tc transportConfig
@@ -60,10 +67,20 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		fmt.Fprintf(stderr, "loadgen: transport scenario: %d-byte messages, %s, rate %s, %d channel(s), %d connection(s)%s\n",
 			tc.size, tc.duration, rateString(tc.rate), tc.channels, tc.connections, faultString(tc.faults))
-		report, rec, err = runTransport(ctx, tc, stdout, stderr)
+		opts, err := sec.options()
+		if err != nil {
+			return err
+		}
+		report, rec, err = runTransport(ctx, tc, stdout, stderr, opts...)
 	case "wordcount":
+		if sec.keyFile != "" || sec.tls {
+			return errors.New("run: --key-file and --tls apply to the transport scenario; the engine scenarios run on loopback")
+		}
 		report, rec, err = runWordCountScenario(ctx, ec, tc, stderr)
 	case "pipeline":
+		if sec.keyFile != "" || sec.tls {
+			return errors.New("run: --key-file and --tls apply to the transport scenario; the engine scenarios run on loopback")
+		}
 		report, rec, err = runPipelineScenario(ctx, ec, tc, stderr)
 	default:
 		return fmt.Errorf("run: unknown scenario %q (want transport, wordcount or pipeline)", *scenario)

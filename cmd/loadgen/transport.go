@@ -151,7 +151,7 @@ func (l *limiter) wait(n int) {
 
 // runTransport runs two nodes in this process over loopback and sends
 // through them.
-func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
+func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Writer, opts ...transport.Option) (*bench.Report, *bench.Recorder, error) {
 	faults, rest, err := transport.ParseFaults(cfg.faults, cfg.seed)
 	if err != nil {
 		return nil, nil, err
@@ -162,12 +162,12 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	rxFaults := faults
 	rxFaults.Seed = cfg.seed + 0x9e3779b97f4a7c15
 	rxFaults.Reset = 0 // one side resets, or every reset would count twice
-	rx, err := transport.NewNode(transport.WithListen("127.0.0.1:0"), transport.WithFaults(rxFaults))
+	rx, err := transport.NewNode(append([]transport.Option{transport.WithListen("127.0.0.1:0"), transport.WithFaults(rxFaults)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer rx.Abort()
-	tx, err := transport.NewNode(transport.WithConnectionsPerPeer(cfg.connections), transport.WithFaults(faults))
+	tx, err := transport.NewNode(append([]transport.Option{transport.WithConnectionsPerPeer(cfg.connections), transport.WithFaults(faults)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}
