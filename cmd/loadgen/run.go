@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 
 	"github.com/sluicehq/sluice/bench"
 )
@@ -43,6 +44,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	scenario := fs.String("scenario", "pipeline", "scenario to run: pipeline, transport or wordcount")
 	var sec securityFlags
 	sec.register(fs)
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
 	var out outputFlags
 	out.register(fs)
 	var tc transportConfig
@@ -54,6 +56,17 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var (
 		report *bench.Report
