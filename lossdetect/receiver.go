@@ -32,7 +32,7 @@ type Receiver struct {
 	epoch    uint64
 	next     uint64 // next expected seq
 	consumed uint64 // the task has consumed every message below it
-	count    uint64 // accepted since the previous answer
+	lastNext uint64 // Next of the previous answer
 
 	reqPending  bool
 	reqSeq      uint64
@@ -86,7 +86,7 @@ func (r *Receiver) OnOpen(epoch, firstSeq uint64) Verdict {
 			r.stats.Resets++
 		}
 		r.open, r.epoch = true, epoch
-		r.next, r.consumed, r.count = firstSeq, firstSeq, 0
+		r.next, r.consumed, r.lastNext = firstSeq, firstSeq, firstSeq
 		r.reqPending = false
 	}
 	r.stats.Opens++
@@ -112,7 +112,6 @@ func (r *Receiver) OnData(epoch, seq uint64) Verdict {
 		return Invalid
 	}
 	r.next++
-	r.count++
 	r.stats.Accepted++
 	return Accept
 }
@@ -140,23 +139,35 @@ func (r *Receiver) Consumed(through uint64) {
 	r.consumed = max(r.consumed, through)
 }
 
-// Answer returns the ack to send now, if an OPEN or ACKREQUEST is pending and
-// the task has consumed everything accepted, and clears that pending state.
-// An Open ack is returned before a request's ack; call Answer until it
-// returns false.
+// Answer returns the ack to send now, if any, and clears what it answers.
+// Call it until it returns false.
+//
+// An OPEN is answered once the task has consumed everything accepted, so
+// that its Next is exactly where a re-opened channel resumes. An ACKREQUEST
+// is answered as soon as the task has consumed every message before it, or,
+// when some of those never arrived, everything that did: the answer's Next
+// is what the task has consumed, below which the source may free its
+// window, and a Next below the request's seq tells the source what was
+// lost. Answering once the messages before the request are consumed, rather
+// than waiting for the task to drain everything accepted, keeps a fast
+// stream's acknowledgements flowing while data keeps arriving. Count is
+// the messages consumed since the previous answer.
 func (r *Receiver) Answer() (Ack, bool) {
-	if !r.open || r.consumed < r.next || !(r.openPending || r.reqPending) {
+	if !r.open {
 		return Ack{}, false
 	}
-	a := Ack{Epoch: r.epoch, Count: r.count, Next: r.next}
-	if r.openPending {
+	a := Ack{Epoch: r.epoch, Count: r.consumed - r.lastNext, Next: r.consumed}
+	switch {
+	case r.openPending && r.consumed == r.next:
 		a.Open, a.ReqSeq = true, r.openSeq
 		r.openPending = false
-	} else {
+	case r.reqPending && (r.consumed >= r.reqSeq || r.consumed == r.next):
 		a.ReqSeq = r.reqSeq
 		r.reqPending = false
+	default:
+		return Ack{}, false
 	}
-	r.count = 0
+	r.lastNext = r.consumed
 	r.stats.Acks++
 	return a, true
 }

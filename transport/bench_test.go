@@ -146,7 +146,12 @@ func benchTransport(b *testing.B, channels int, rxOpts, txOpts []Option) {
 	if got := delivered.Load(); got != int64(b.N) {
 		b.Fatalf("delivered %d of %d", got, b.N)
 	}
-	wire := tx.Stats(false).Totals().WireOut + rx.Stats(false).Totals().WireOut
+	txt := tx.Stats(false).Totals()
+	wire := txt.WireOut + rx.Stats(false).Totals().WireOut
+	b.ReportMetric(float64(b.N)/float64(max(txt.Batches, 1)), "msgs/batch")
+	if testing.Verbose() {
+		b.Logf("flushes by cause: %v", txt.Flushes)
+	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(float64(wire)/float64(b.N), "wireB/msg")
 }

@@ -158,16 +158,48 @@ type delivery struct {
 
 var deliveryPool = sync.Pool{New: func() any { return new(delivery) }}
 
+// Delivery buffers come from pools by size class, powers of two from 256
+// bytes, so a queued delivery holds at most twice what it carries (with ten
+// thousand slow channels each holding a message or two, oversized buffers
+// would multiply the memory in inboxes) and buffers are still reused.
+const (
+	minClassShift = 8
+	numClasses    = 24 - minClassShift // up to 16 MiB; larger runs are allocated exactly
+)
+
+var (
+	bufPools [numClasses]sync.Pool // of *[]byte
+	msgPools [numClasses]sync.Pool // of *[]wire.Message, classes counted in messages from 16
+)
+
+func sizeClass(n, minShift int) int {
+	c := 0
+	for (1 << (minShift + c)) < n {
+		c++
+	}
+	return c
+}
+
 // getDelivery returns a delivery with room for n messages of size bytes in
-// all. A queued delivery's memory is what it holds, not what a larger run
-// once needed: with ten thousand slow channels, each holding a message or
-// two, oversized pooled buffers would multiply the memory in inboxes.
+// all.
 func getDelivery(n, size int) *delivery {
 	d := deliveryPool.Get().(*delivery)
-	if cap(d.buf) < size || cap(d.buf) > 2*size+512 {
+	if c := sizeClass(size, minClassShift); c < numClasses {
+		if p, ok := bufPools[c].Get().(*[]byte); ok {
+			d.buf = (*p)[:0]
+		} else {
+			d.buf = make([]byte, 0, 1<<(minClassShift+c))
+		}
+	} else {
 		d.buf = make([]byte, 0, size)
 	}
-	if cap(d.msgs) < n || cap(d.msgs) > 2*n+8 {
+	if c := sizeClass(n, 4); c < numClasses {
+		if p, ok := msgPools[c].Get().(*[]wire.Message); ok {
+			d.msgs = (*p)[:0]
+		} else {
+			d.msgs = make([]wire.Message, 0, 1<<(4+c))
+		}
+	} else {
 		d.msgs = make([]wire.Message, 0, n)
 	}
 	return d
@@ -175,7 +207,15 @@ func getDelivery(n, size int) *delivery {
 
 func putDelivery(d *delivery) {
 	clear(d.msgs)
-	d.msgs, d.buf = d.msgs[:0], d.buf[:0]
+	if c := sizeClass(cap(d.buf), minClassShift); c < numClasses && cap(d.buf) == 1<<(minClassShift+c) {
+		b := d.buf[:0]
+		bufPools[c].Put(&b)
+	}
+	if c := sizeClass(cap(d.msgs), 4); c < numClasses && cap(d.msgs) == 1<<(4+c) {
+		m := d.msgs[:0]
+		msgPools[c].Put(&m)
+	}
+	d.msgs, d.buf = nil, nil
 	d.rs, d.conn, d.bytes = nil, nil, 0
 	deliveryPool.Put(d)
 }
