@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/engine/clock"
 	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/wire"
 )
 
 // aggregator is a worker's view of its tasks' clocks: each task sets its
@@ -48,9 +49,15 @@ func (a *aggregator) min() int64 {
 // are popped.
 type outputs struct {
 	em    Emitter
-	sends [][]*transport.Sender // by edge, by target index
-	agg   *aggregator
-	slot  int
+	edges []outEdge
+	sends [][]*transport.Sender // by edge, by target index; nil where chained
+	// chained are the targets reached by a direct call instead of a
+	// transport channel, by edge, by target index (nil where sent); see
+	// [Worker.Start] for which edges are chained.
+	chained [][]*taskRun
+	wm      []wire.Message // scratch for chained runs
+	agg     *aggregator
+	slot    int
 
 	mu struct {
 		sync.Mutex
@@ -73,10 +80,11 @@ type mark struct {
 }
 
 func newOutputs(edges []outEdge, sends [][]*transport.Sender, agg *aggregator, low int64) *outputs {
-	o := &outputs{sends: sends, agg: agg}
+	o := &outputs{edges: edges, sends: sends, agg: agg, chained: make([][]*taskRun, len(edges))}
 	o.em.edges = make([]emitEdge, len(edges))
 	for i, e := range edges {
 		o.em.edges[i] = emitEdge{part: e.part, targets: make([]outBuf, e.n)}
+		o.chained[i] = make([]*taskRun, e.n)
 		for _, s := range sends[i] {
 			o.mu.q = append(o.mu.q, ackQueue{s: s})
 		}
@@ -151,6 +159,23 @@ func (o *outputs) flush(ctx context.Context, low int64) (int, error) {
 				b.reset()
 				continue
 			}
+			if to := o.chained[e][t]; to != nil {
+				// The target has consumed the run when handle returns, and
+				// has reported the clock of what it emitted: nothing of it
+				// stays unacknowledged here.
+				wm := o.wm[:0]
+				start := 0
+				for i, end := range b.ends {
+					wm = append(wm, wire.Message{Ts: b.ts[i], Payload: b.buf[start:end:end]})
+					start = end
+				}
+				o.wm = wm
+				to.handle(wm)
+				clear(wm)
+				total += len(wm)
+				b.reset()
+				continue
+			}
 			s := o.sends[e][t]
 			start := 0
 			n := 0
@@ -186,7 +211,7 @@ func (o *outputs) tick() {
 	defer o.mu.Unlock()
 	for i := range o.mu.q {
 		q := &o.mu.q[i]
-		if q.head == len(q.marks) {
+		if q.s == nil || q.head == len(q.marks) {
 			continue
 		}
 		st := q.s.Stats()
@@ -206,6 +231,9 @@ func (o *outputs) fail() {
 func (o *outputs) closeSenders() {
 	for _, ss := range o.sends {
 		for _, s := range ss {
+			if s == nil {
+				continue
+			}
 			_ = s.Close()
 		}
 	}

@@ -165,9 +165,17 @@ func (w *Worker) Start(cmd StartCmd) error {
 		return fmt.Errorf("engine: placement names %d tasks, the job has %d", len(cmd.Placement), len(ids))
 	}
 	where := map[taskid.ID]int{}
+	single := true
 	for i, id := range ids {
 		where[id] = cmd.Placement[i]
+		single = single && cmd.Placement[i] == cmd.Node
 	}
+	// With every task in this process, edges that do not shuffle by key
+	// are chained: the sending task calls the target's handler directly,
+	// and the transport hop (copy, batch, syscalls, inbox) is saved. Hash
+	// edges keep the transport, which also puts a goroutine boundary, and
+	// so a second core, between the two sides of the shuffle.
+	chain := func(e outEdge) bool { return single && e.part != Hash }
 	restoreTs := int64(math.MinInt64)
 	if cmd.HasRestore {
 		restoreTs = cmd.Restore
@@ -184,7 +192,12 @@ func (w *Worker) Start(cmd StartCmd) error {
 		edges := w.job.outEdges(int(id.Processor))
 		sends := make([][]*transport.Sender, len(edges))
 		for e, ed := range edges {
+			sends[e] = make([]*transport.Sender, 0, ed.n)
 			for t := range ed.n {
+				if chain(ed) {
+					sends[e] = append(sends[e], nil)
+					continue
+				}
 				tid := taskid.ID{Processor: uint32(ed.proc), Index: uint32(t)}
 				peer, err := w.node.Peer(cmd.Addrs[where[tid]])
 				if err != nil {
@@ -226,6 +239,15 @@ func (w *Worker) Start(cmd StartCmd) error {
 		t.sink = len(edges) == 0
 		inc.outs = append(inc.outs, t.out)
 		inc.tasks[id] = t
+	}
+	for _, o := range inc.outs {
+		for e, ss := range o.sends {
+			for t, snd := range ss {
+				if snd == nil {
+					o.chained[e][t] = inc.tasks[taskid.ID{Processor: uint32(o.edges[e].proc), Index: uint32(t)}]
+				}
+			}
+		}
 	}
 	w.inc.Store(inc)
 	for id := range inc.tasks {
