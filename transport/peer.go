@@ -22,9 +22,10 @@ type Peer struct {
 	node *Node
 	addr string
 
-	retained atomic.Int64 // payload bytes retained over all channels
-	budget   notifier     // broadcast when retained bytes fall
-	drained  notifier     // broadcast when a channel's last message is acknowledged
+	retained  atomic.Int64 // payload bytes retained or reserved over all channels
+	nchannels atomic.Int64 // open channels, which share the budget
+	budget    notifier     // broadcast when retained bytes fall
+	drained   notifier     // broadcast when a channel's last message is acknowledged
 
 	nextSlot atomic.Uint32
 	stop     chan struct{}
@@ -129,6 +130,7 @@ func (p *Peer) OpenSenderEpoch(ctx context.Context, source, target taskid.ID, ep
 	slot := int(p.nextSlot.Add(1)-1) % len(p.mu.conns)
 	ch := newChannel(p, key, slot)
 	p.mu.channels[key] = ch
+	p.nchannels.Add(1)
 	if c := p.mu.conns[slot]; c != nil {
 		ch.mu.Lock()
 		ch.attachLocked(c)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/sluicehq/sluice/lossdetect"
 	"github.com/sluicehq/sluice/taskid"
@@ -27,10 +26,13 @@ type channel struct {
 
 	credit notifier // broadcast when credit is freed or the channel shuts
 
-	sent, resent, bytes atomic.Uint64
-
 	mu struct {
 		sync.Mutex
+		sent, resent, bytes uint64
+		// reserve is peer budget this channel has taken and not yet used
+		// for retained bytes: taking budget in chunks keeps the shared
+		// counter off the path of every message.
+		reserve  int64
 		win      *window.Sender
 		trk      *lossdetect.Tracker
 		conn     *conn  // the connection carrying it, nil while down
@@ -112,24 +114,26 @@ func (s *Sender) Send(ctx context.Context, ts int64, payload []byte) error {
 func (s *Sender) TrySend(ts int64, payload []byte) error { return s.ch.push(ts, payload) }
 
 func (ch *channel) push(ts int64, payload []byte) error {
-	p := ch.peer
-	size := int64(len(payload))
-	if max := p.node.o.window.MaxBytes; len(payload) > max {
+	if max := ch.peer.node.o.window.MaxBytes; len(payload) > max {
 		return fmt.Errorf("%w: %d bytes, the window holds %d", ErrTooLarge, len(payload), max)
 	}
-	if p.retained.Load()+size > int64(p.node.o.peerBudget) {
-		if err := ch.deadErr(); err != nil {
-			return err
-		}
-		return ErrNoCredit
-	}
 	ch.mu.Lock()
+	err := ch.pushLocked(ts, payload)
+	ch.mu.Unlock()
+	return err
+}
+
+// pushLocked puts one message into the window and makes sure the
+// connection will send it.
+func (ch *channel) pushLocked(ts int64, payload []byte) error {
 	if ch.mu.closed {
-		ch.mu.Unlock()
 		return ch.closedErr()
 	}
+	size := int64(len(payload))
+	if ch.mu.reserve < size && !ch.reserveLocked(size) {
+		return ErrNoCredit
+	}
 	if _, err := ch.mu.win.Push(ts, payload); err != nil {
-		ch.mu.Unlock()
 		switch {
 		case errors.Is(err, window.ErrNoCredit):
 			return ErrNoCredit
@@ -138,15 +142,84 @@ func (ch *channel) push(ts int64, payload []byte) error {
 		}
 		return err
 	}
-	p.retained.Add(size)
-	ch.sent.Add(1)
-	ch.bytes.Add(uint64(size))
+	ch.mu.reserve -= size
+	ch.mu.sent++
+	ch.mu.bytes += uint64(size)
 	if c := ch.mu.conn; c != nil && !ch.mu.queued && ch.mu.trk.CanSend() {
 		ch.mu.queued = true
 		c.enqueue(ch, len(payload))
 	}
-	ch.mu.Unlock()
 	return nil
+}
+
+// reserveLocked takes budget from the peer for at least size more bytes.
+// The chunk is small enough that every channel of the peer can hold a few.
+func (ch *channel) reserveLocked(size int64) bool {
+	p := ch.peer
+	budget := int64(p.node.o.peerBudget)
+	chunk := min(64<<10, budget/(4*max(int64(p.nchannels.Load()), 1)))
+	chunk = max(chunk, size-ch.mu.reserve)
+	if p.retained.Add(chunk) > budget {
+		p.retained.Add(-chunk)
+		return false
+	}
+	ch.mu.reserve += chunk
+	return true
+}
+
+// releaseLocked gives freed bytes back: to the channel's reserve, and what
+// exceeds a chunk or two back to the peer. It reports whether the peer's
+// budget grew.
+func (ch *channel) releaseLocked(freed int64) bool {
+	ch.mu.reserve += freed
+	keep := min(64<<10, int64(ch.peer.node.o.peerBudget)/(4*max(int64(ch.peer.nchannels.Load()), 1)))
+	if ch.mu.reserve <= 2*keep {
+		return false
+	}
+	give := ch.mu.reserve - keep
+	ch.mu.reserve = keep
+	ch.peer.retained.Add(-give)
+	return true
+}
+
+// SendRun sends msgs in order as Send would, taking the channel's lock once
+// for as many as have credit. It returns once all are sent, or with the
+// number sent and the error that stopped it.
+func (s *Sender) SendRun(ctx context.Context, msgs []wire.Message) (int, error) {
+	n := 0
+	for n < len(msgs) {
+		k, err := s.TrySendRun(msgs[n:])
+		n += k
+		if err == nil {
+			continue
+		}
+		if err != ErrNoCredit {
+			return n, err
+		}
+		if err := s.ch.waitCredit(ctx, len(msgs[n].Payload)); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// TrySendRun sends as many of msgs, in order, as have credit now, copying
+// their payloads, and returns how many it sent; the error says why it
+// stopped early, as TrySend's does.
+func (s *Sender) TrySendRun(msgs []wire.Message) (int, error) {
+	ch := s.ch
+	max := ch.peer.node.o.window.MaxBytes
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for i, m := range msgs {
+		if len(m.Payload) > max {
+			return i, fmt.Errorf("%w: %d bytes, the window holds %d", ErrTooLarge, len(m.Payload), max)
+		}
+		if err := ch.pushLocked(m.Ts, m.Payload); err != nil {
+			return i, err
+		}
+	}
+	return len(msgs), nil
 }
 
 func (ch *channel) deadErr() error {
@@ -172,9 +245,10 @@ func (ch *channel) waitCredit(ctx context.Context, size int) error {
 	defer ch.credit.done()
 	defer p.budget.done()
 	ch.mu.Lock()
-	ok := ch.mu.closed || ch.mu.win.HasCredit(size)
+	ok := ch.mu.closed || (ch.mu.win.HasCredit(size) &&
+		(ch.mu.reserve >= int64(size) || p.retained.Load()+int64(size) <= int64(p.node.o.peerBudget)))
 	ch.mu.Unlock()
-	if ok && p.retained.Load()+int64(size) <= int64(p.node.o.peerBudget) {
+	if ok {
 		return nil
 	}
 	select {
@@ -247,9 +321,12 @@ func (ch *channel) shut() {
 	}
 	ch.mu.closed = true
 	_, b := ch.mu.win.Retained()
+	b += int(ch.mu.reserve)
+	ch.mu.reserve = 0
 	ch.mu.conn = nil
 	ch.mu.Unlock()
 	ch.peer.retained.Add(-int64(b))
+	ch.peer.nchannels.Add(-1)
 	ch.credit.broadcast()
 	ch.peer.budget.broadcast()
 	ch.peer.drained.broadcast()
@@ -292,7 +369,7 @@ func (ch *channel) fill(c *conn, now int64, limit int) (n int, more, full bool) 
 	}
 	first := win.NextToSend()
 	if first < win.SentHigh() {
-		ch.resent.Add(uint64(min(win.SentHigh()-first, uint64(unsent))))
+		ch.mu.resent += min(win.SentHigh()-first, uint64(unsent))
 	}
 	baseTs, _ := win.Message(first)
 	room := limit - len(o.data)
@@ -350,6 +427,10 @@ func (ch *channel) onAck(c *conn, a wire.Ack) {
 	})
 	_ = out
 	_, after := ch.mu.win.Retained()
+	freed := before - after
+	if freed > 0 {
+		ch.releaseLocked(int64(freed))
+	}
 	drained := ch.mu.win.Acked() == ch.mu.win.NextSeq()
 	if !ch.mu.queued && ch.mu.trk.CanSend() && ch.mu.win.Unsent() > 0 {
 		ch.mu.queued = true
@@ -357,8 +438,9 @@ func (ch *channel) onAck(c *conn, a wire.Ack) {
 	}
 	ch.scheduleLocked(now)
 	ch.mu.Unlock()
-	if freed := before - after; freed > 0 {
-		ch.peer.retained.Add(-int64(freed))
+	if freed > 0 {
+		// Credit grew on this channel, and perhaps the peer's budget:
+		// wake the channel's senders and anyone waiting for any credit.
 		ch.peer.budget.broadcast()
 		ch.credit.broadcast()
 	}

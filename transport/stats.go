@@ -177,9 +177,9 @@ func (ch *channel) stats() ChannelStats {
 	s := ChannelStats{
 		Channel:  ch.key,
 		Name:     ch.key.String(),
-		Sent:     ch.sent.Load(),
-		Bytes:    ch.bytes.Load(),
-		Resent:   ch.resent.Load(),
+		Sent:     ch.mu.sent,
+		Bytes:    ch.mu.bytes,
+		Resent:   ch.mu.resent,
 		Attached: ch.mu.conn != nil,
 	}
 	s.Unacked, _ = ch.mu.win.Retained()
