@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -203,3 +204,80 @@ func BenchmarkTransportWindowSweep(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTransport10000ChannelsRuns16 visits 10,000 channels in turn and
+// gives each a run of 16 messages per visit, as an engine task emitting runs
+// to many outputs would, through Sender.TrySendRun.
+func BenchmarkTransport10000ChannelsRuns16(b *testing.B) { benchTransportRuns(b, 10000, 16) }
+
+// BenchmarkTransport1ChannelRuns64 sends runs of 64 messages with SendRun.
+func BenchmarkTransport1ChannelRuns64(b *testing.B) { benchTransportRuns(b, 1, 64) }
+
+func benchTransportRuns(b *testing.B, channels, run int) {
+	rx, err := NewNode(WithListen("127.0.0.1:0"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rx.Abort()
+	wc := window.DefaultConfig()
+	if quietOverride > 0 {
+		wc.QuietAfter = quietOverride
+	}
+	tx, err := NewNode(WithWindow(wc))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tx.Abort()
+	var delivered atomic.Int64
+	rx.HandleAll(func(taskid.ID) Handler {
+		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) { delivered.Add(int64(len(msgs))) }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p, _ := tx.Peer(rx.Addr())
+	if err := p.WaitConnected(ctx); err != nil {
+		b.Fatal(err)
+	}
+	senders := make([]*Sender, channels)
+	for i := range senders {
+		if senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	msgs := make([]wire.Message, run)
+	for i := range msgs {
+		msgs[i].Payload = make([]byte, benchSize)
+	}
+	b.SetBytes(benchSize)
+	b.ReportAllocs()
+	start := time.Now()
+	total := int64(b.N)
+	var sent int64
+	for i := 0; sent < total; i++ {
+		k := int(min(int64(run), total-sent))
+		mark := p.CreditMark()
+		n, err := senders[i%channels].TrySendRun(msgs[:k])
+		sent += int64(n)
+		if err != nil && !errors.Is(err, ErrNoCredit) {
+			b.Fatal(err)
+		}
+		if n == 0 && i%channels == channels-1 {
+			_ = p.WaitCredit(ctx, mark) // a full round without credit
+		}
+	}
+	for _, s := range senders {
+		if err := s.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if got := delivered.Load(); got != total {
+		b.Fatalf("delivered %d of %d", got, total)
+	}
+	wire := tx.Stats(false).Totals().WireOut + rx.Stats(false).Totals().WireOut
+	b.ReportMetric(float64(total)/elapsed.Seconds(), "msgs/s")
+	b.ReportMetric(float64(wire)/float64(total), "wireB/msg")
+}
+
+var quietOverride time.Duration
