@@ -2,8 +2,8 @@
 // throughput, latency percentiles and whether every message arrived exactly
 // once.
 //
-//	loadgen                      run the default scenario for about 10 s
-//	loadgen run [flags]          run a scenario in this process
+//	loadgen                      run the default scenario (the exactly-once pipeline) for about 10 s
+//	loadgen run [flags]          run a scenario: pipeline, transport or wordcount
 //	loadgen serve [flags]        receive from loadgen send, until interrupted
 //	loadgen send [flags]         send to a loadgen serve and wait until it confirms everything
 //	loadgen agent [flags]        run parts of a scenario for loadgen coordinate
@@ -26,12 +26,13 @@ import (
 const usage = `loadgen measures Sluice.
 
 Usage:
-  loadgen                 run the default scenario for about 10 seconds
-  loadgen run   [flags]   run a scenario in this process (--scenario transport)
+  loadgen                 run the default scenario (pipeline) for about 10 seconds
+  loadgen run   [flags]   run a scenario: pipeline (default), transport or wordcount
   loadgen serve [flags]   receive from 'loadgen send' until interrupted
   loadgen send  [flags]   send to a 'loadgen serve' and wait until it confirms everything
   loadgen agent [flags]   run parts of a scenario for a 'loadgen coordinate' on another host
   loadgen coordinate --agents A,B [flags]   run a scenario across hosts on agents, merge their reports
+  loadgen node  [flags]   a worker process of a multi-process engine run (started by 'run --nodes N')
 
 Run 'loadgen <command> -h' for the flags of a command.
 Reports go to --out (default results/local/): report.json, report.md, latency.hgrm, SVG charts.

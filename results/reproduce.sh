@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Re-runs every published figure in results/ on this machine and writes the
+# reports next to this script. Each block is one row of results/README.md;
+# run one by hand to reproduce one figure. Takes about ten minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+go build -o /tmp/sluice-loadgen ./cmd/loadgen
+lg=/tmp/sluice-loadgen
+out=results
+
+# Transport benchmarks beside the plain-TCP ceiling, in one run.
+go test -run '^$' -bench 'PlainTCPIdealBatching|Transport1Channel$|Transport1ChannelRuns64|Transport1ChannelNetBackend|Transport1ChannelTLS|Transport10000Channels|TransportLooseWindow|TransportDataLoss5|TransportPingPong|TransportFixedRate100k' \
+	-benchtime 3s -count 3 ./transport | tee $out/transport-bench.txt
+
+# Throughput by message size, one channel, as fast as the transport allows.
+for size in 16 100 1024; do
+	$lg run --scenario transport --size $size --duration 10s --out $out/transport-max-$size --json > /dev/null
+done
+# Latency at fixed rates (no coordinated omission).
+for rate in 10000 100000; do
+	$lg run --scenario transport --size 100 --rate $rate --duration 10s --out $out/transport-rate-$rate --json > /dev/null
+done
+# 10,000 channels over one connection.
+$lg run --scenario transport --size 100 --channels 10000 --duration 10s --out $out/transport-10000ch --json > /dev/null
+# Faults: 5% of data and of acks lost, 1% duplicated, a reset every 2 s, 64 channels.
+$lg run --scenario transport --channels 64 --duration 10s --faults drop=0.05,ctrldrop=0.05,dup=0.01,reset=2s --seed 7 --out $out/transport-faults --json > /dev/null
+# A consumer at 1,000 msgs/s against a flat-out producer, 10,000 channels: memory.
+$lg run --scenario transport --channels 10000 --consume-rate 1000 --duration 20s --out $out/transport-slow-consumer --json > /dev/null
+# The exactly-once pipeline, checkpoints every second, and without checkpoints.
+$lg run --scenario pipeline --size 100 --duration 10s --out $out/pipeline --json > /dev/null
+$lg run --scenario pipeline --size 100 --duration 10s --checkpoint-every 1h --out $out/pipeline-no-checkpoints --json > /dev/null
+# Peers in one run.
+(cd bench/compare && go run . --size 100 --duration 5s --rounds 3 --out ../../$out/compare --json > /dev/null)
