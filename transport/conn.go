@@ -102,10 +102,10 @@ type inChan struct {
 }
 
 type connCounters struct {
-	msgsOut, bytesOut, wireOut, batches atomic.Uint64
-	msgsIn, bytesIn, wireIn             atomic.Uint64
-	flushes                             [batch.NumCauses]atomic.Uint64
-	stale, dupIn, gapIn                 atomic.Uint64
+	msgsOut, wireOut, batches atomic.Uint64
+	msgsIn, bytesIn, wireIn   atomic.Uint64
+	flushes                   [batch.NumCauses]atomic.Uint64
+	stale, dupIn, gapIn       atomic.Uint64
 }
 
 func newConn(n *Node, p *Peer, slot int) *conn {

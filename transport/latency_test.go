@@ -66,6 +66,8 @@ func BenchmarkTransportPingPong(b *testing.B) {
 
 var pingGap, spinBelow time.Duration
 
+var testClock bench.Clock
+
 func reportPercentiles(b *testing.B, d []time.Duration) {
 	if len(d) == 0 {
 		return
@@ -117,7 +119,11 @@ func benchFixedRate(b *testing.B, rate float64, txOpts []Option) {
 	}
 	msg := make([]byte, benchSize)
 	b.ResetTimer()
-	res, err := bench.FixedRate{Rate: rate, Count: int64(n), Clock: bench.RealClock{SpinBelow: spinBelow}}.Run(ctx, func(ctx context.Context, _ int64, intended int64) error {
+	var clk bench.Clock = bench.RealClock{SpinBelow: spinBelow}
+	if testClock != nil {
+		clk = testClock
+	}
+	res, err := bench.FixedRate{Rate: rate, Count: int64(n), Clock: clk}.Run(ctx, func(ctx context.Context, _ int64, intended int64) error {
 		return s.Send(ctx, intended, msg)
 	})
 	if err != nil {

@@ -222,15 +222,6 @@ func (s *Sender) TrySendRun(msgs []wire.Message) (int, error) {
 	return len(msgs), nil
 }
 
-func (ch *channel) deadErr() error {
-	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	if ch.mu.closed {
-		return ch.closedErr()
-	}
-	return nil
-}
-
 func (ch *channel) closedErr() error {
 	if err := ch.peer.Err(); err != nil {
 		return err
@@ -422,10 +413,9 @@ func (ch *channel) onAck(c *conn, a wire.Ack) {
 		return
 	}
 	_, before := ch.mu.win.Retained()
-	out := ch.mu.trk.OnAck(now, lossdetect.Ack{
+	ch.mu.trk.OnAck(now, lossdetect.Ack{
 		Open: a.Flags&wire.AckOpen != 0, Epoch: a.Epoch, ReqSeq: a.ReqSeq, Count: a.Count, Next: a.Next,
 	})
-	_ = out
 	_, after := ch.mu.win.Retained()
 	freed := before - after
 	if freed > 0 {

@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/transport"
 )
 
 // outputFlags are the flags every command that writes a report shares.
@@ -80,19 +81,19 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		fmt.Fprintf(stderr, "loadgen: transport scenario: %d-byte messages, %s, rate %s, %d channel(s), %d connection(s)%s\n",
 			tc.size, tc.duration, rateString(tc.rate), tc.channels, tc.connections, faultString(tc.faults))
-		opts, err := sec.options()
-		if err != nil {
+		var opts []transport.Option
+		if opts, err = sec.options(); err != nil {
 			return err
 		}
 		report, rec, err = runTransport(ctx, tc, stdout, stderr, opts...)
 	case "wordcount":
-		if sec.keyFile != "" || sec.tls {
-			return errors.New("run: --key-file and --tls apply to the transport scenario; the engine scenarios run on loopback")
+		if err := transportOnly(sec); err != nil {
+			return err
 		}
 		report, rec, err = runWordCountScenario(ctx, ec, tc, stderr)
 	case "pipeline":
-		if sec.keyFile != "" || sec.tls {
-			return errors.New("run: --key-file and --tls apply to the transport scenario; the engine scenarios run on loopback")
+		if err := transportOnly(sec); err != nil {
+			return err
 		}
 		report, rec, err = runPipelineScenario(ctx, ec, tc, stderr)
 	default:
@@ -102,6 +103,15 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	return finishReport(report, rec, out, stdout, stderr)
+}
+
+// transportOnly refuses the security flags for the engine scenarios, whose
+// nodes talk over loopback only.
+func transportOnly(sec securityFlags) error {
+	if sec.keyFile != "" || sec.tls {
+		return errors.New("run: --key-file and --tls apply to the transport scenario; the engine scenarios run on loopback")
+	}
+	return nil
 }
 
 func rateString(r float64) string {
