@@ -14,9 +14,14 @@
 // (a slice), never one call per message.
 //
 // A [Worker] hosts the tasks placed on one node (one OS process, one
-// transport.Node). Data between tasks always travels over transport
-// channels, (source task, target task, generation) as channel epoch, even
-// between two tasks of one node. The [Coordinator] drives the workers: in
+// transport.Node). With several nodes, data between tasks always travels
+// over transport channels, (source task, target task, generation) as
+// channel epoch, even between two tasks of one node. When the whole job
+// runs on one node without injected transport faults, edges are chained
+// instead, like Flink's operator chaining: a task's output runs are handed
+// to the target task's handler by a direct call on the sending goroutine,
+// which is cheaper on a few cores than a transport hop; the call returning
+// is the acknowledgement. The [Coordinator] drives the workers: in
 // this process for one node, or over a JSON-lines control plane on the
 // stdin and stdout of `loadgen node` children (see [ServeWorker] and
 // [ProcessWorker]).

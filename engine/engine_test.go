@@ -116,7 +116,7 @@ func TestWordCountEqualsReferenceWithoutFaults(t *testing.T) {
 func TestWordCountSurvivesCrashes(t *testing.T) {
 	input := writeText(t, 40000, 2)
 	policy := engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
-	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond, CrashEvery: 80 * slow * time.Millisecond, Restart: policy, Seed: 3})
+	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond, CrashEvery: 30 * slow * time.Millisecond, Restart: policy, Seed: 3})
 	sameCounts(t, got, reference(t, input))
 	if res.Recoveries == 0 || res.Crashes == 0 {
 		t.Errorf("recoveries %d crashes %d: the fault was not exercised", res.Recoveries, res.Crashes)
@@ -187,13 +187,13 @@ func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
 }
 
 func TestPipelineSumsAreExact(t *testing.T) {
-	spec := jobs.Spec{Kind: "pipeline", Size: 100, Limit: 100000, Keys: 16}
+	spec := jobs.Spec{Kind: "pipeline", Size: 100, Limit: 1000000, Keys: 16}
 	job, err := jobs.Build(spec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true, InitialInterval: 20000, CheckpointEvery: 20 * time.Millisecond,
-		CrashEvery: 300 * slow * time.Millisecond, Seed: 9,
+		CrashEvery: 100 * slow * time.Millisecond, Seed: 9,
 		Restart: engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -210,6 +210,9 @@ func TestPipelineSumsAreExact(t *testing.T) {
 	}
 	if gen != spec.Limit || summed != gen || diff != "" {
 		t.Errorf("generated %d, summed %d: %s", gen, summed, diff)
+	}
+	if res.Crashes == 0 {
+		t.Errorf("no injected crash fired: the recovery was not exercised")
 	}
 	t.Logf("checkpoints %d recoveries %d crashes %d", res.Checkpoints, res.Recoveries, res.Crashes)
 }

@@ -64,11 +64,17 @@ type Options struct {
 	// the directory. For tests and benchmarks; a machine crash may then
 	// lose or tear any segment.
 	NoSync bool
+	// SyncAhead is how many bytes may be appended to the active segment
+	// before a background fsync starts writing them back, so that the
+	// fsyncs of Sync and of a segment roll, which the appending goroutine
+	// waits for, find little left to write. Default 4 MiB; negative: never.
+	SyncAhead int64
 }
 
 const (
 	defaultSegmentBytes  = 64 << 20
 	defaultIndexInterval = 4 << 10
+	defaultSyncAhead     = 4 << 20
 )
 
 func (o Options) withDefaults() Options {
@@ -77,6 +83,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.IndexInterval <= 0 {
 		o.IndexInterval = defaultIndexInterval
+	}
+	if o.SyncAhead == 0 {
+		o.SyncAhead = defaultSyncAhead
 	}
 	return o
 }
@@ -104,13 +113,18 @@ type Log struct {
 	// Close, so that no segment a replay may read is deleted or closed.
 	replayMu sync.RWMutex
 
+	// ahead counts the running background fsync (at most one).
+	ahead sync.WaitGroup
+
 	mu struct {
 		sync.Mutex
-		segs   []segment // sealed segments then the active one, in order
-		f      *os.File  // the active segment, opened for writing
-		buf    []byte    // reusable encoding buffer
-		err    error     // sticky: a failed write could not be undone
-		closed bool
+		segs     []segment // sealed segments then the active one, in order
+		f        *os.File  // the active segment, opened for writing
+		buf      []byte    // reusable encoding buffer
+		err      error     // sticky: a failed write could not be undone, or a background fsync failed
+		closed   bool
+		unsynced int64 // bytes appended to f since the last fsync began
+		syncing  bool  // a background fsync runs
 	}
 }
 
@@ -284,7 +298,29 @@ func (l *Log) Append(recs []Record) error {
 	}
 	hd, _ := decodeHeader(buf[:headerLen])
 	act.add(hd, int64(len(buf)), int64(l.opts.IndexInterval))
+	if !l.opts.NoSync && l.opts.SyncAhead > 0 {
+		l.mu.unsynced += int64(len(buf))
+		if l.mu.unsynced >= l.opts.SyncAhead && !l.mu.syncing {
+			l.mu.syncing, l.mu.unsynced = true, 0
+			l.ahead.Add(1)
+			go l.syncAhead(l.mu.f)
+		}
+	}
 	return nil
+}
+
+// syncAhead fsyncs f in the background. Its failure makes the log refuse
+// further appends and syncs: Linux reports a writeback error to one fsync
+// only, so a later Sync could otherwise succeed over lost data.
+func (l *Log) syncAhead(f *os.File) {
+	defer l.ahead.Done()
+	err := f.Sync()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mu.syncing = false
+	if err != nil && !errors.Is(err, os.ErrClosed) && l.mu.err == nil {
+		l.mu.err = fmt.Errorf("store: background fsync: %w", err)
+	}
 }
 
 // rollLocked seals the active segment (fsyncing it, so that only the last
@@ -300,6 +336,7 @@ func (l *Log) rollLocked() error {
 		return fmt.Errorf("store: %w", err)
 	}
 	l.mu.f = nil
+	l.mu.unsynced = 0
 	if err := l.createSegmentLocked(act.seq + 1); err != nil {
 		l.mu.err = err
 		return err
@@ -307,22 +344,40 @@ func (l *Log) rollLocked() error {
 	return nil
 }
 
-// Sync makes every batch appended so far durable (fsync of the active
-// segment; sealed ones were synced when sealed). The engine calls it at each
-// checkpoint. A no-op with NoSync.
+// Sync makes every batch appended before it was called durable (fsync of
+// the active segment; sealed ones were synced when sealed). The engine
+// calls it at each checkpoint. Appends go on while the fsync runs. A no-op
+// with NoSync.
 func (l *Log) Sync() error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.mu.closed {
+		l.mu.Unlock()
 		return ErrClosed
 	}
-	if l.mu.err != nil {
+	if l.mu.err != nil || l.opts.NoSync {
+		err := l.mu.err
+		l.mu.Unlock()
+		return err
+	}
+	f := l.mu.f
+	l.mu.unsynced = 0
+	l.mu.Unlock()
+	err := f.Sync()
+	if errors.Is(err, os.ErrClosed) {
+		// A roll sealed f, or Close closed it; both fsynced it first.
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.mu.closed {
+			return ErrClosed
+		}
 		return l.mu.err
 	}
-	if l.opts.NoSync {
-		return nil
-	}
-	if err := l.mu.f.Sync(); err != nil {
+	if err != nil {
+		l.mu.Lock()
+		if l.mu.err == nil {
+			l.mu.err = fmt.Errorf("store: fsync: %w", err)
+		}
+		l.mu.Unlock()
 		return fmt.Errorf("store: %w", err)
 	}
 	return nil
@@ -453,11 +508,15 @@ func (l *Log) Close() error {
 	l.replayMu.Lock()
 	defer l.replayMu.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.mu.closed {
+		l.mu.Unlock()
 		return ErrClosed
 	}
-	l.mu.closed = true
+	l.mu.closed = true // no Append starts a background fsync any more
+	l.mu.Unlock()
+	l.ahead.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	var err error
 	if l.mu.f != nil {
 		if !l.opts.NoSync {
