@@ -145,3 +145,9 @@ func (e *Emitter) Emit(ts int64, key, payload []byte) {
 // discard is an Emitter with no edges: the checkpoint copy of a stateful
 // processor emits into it.
 var discard = &Emitter{}
+
+// CheckpointCopy reports whether this call of [Task.Process] feeds the
+// checkpoint copy of a [Stateful] task, which sees every message a second
+// time: side effects that must happen once per message (metrics, latency
+// records) belong to the other calls. What it emits is dropped.
+func (e *Emitter) CheckpointCopy() bool { return e == discard }

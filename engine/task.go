@@ -38,6 +38,7 @@ type taskRun struct {
 	msgs      []Message
 	below     []Message
 	buf       []byte
+	save      []byte // the snapshot being persisted; only checkpoint, serialized by the worker, uses it
 }
 
 func (t *taskRun) handle(msgs []wire.Message) {
@@ -138,28 +139,40 @@ func (t *taskRun) copyState() error {
 
 func (t *taskRun) checkpoint(persist bool, tc, next int64) error {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	if t.failed {
+		t.mu.Unlock()
 		return fmt.Errorf("engine: task %v has failed", t.id)
 	}
 	if t.state == nil {
+		t.mu.Unlock()
 		return nil
 	}
 	if persist {
-		b, err := t.ckptState.Snapshot(t.buf[:0])
+		b, err := t.ckptState.Snapshot(t.save[:0])
 		if err != nil {
+			t.mu.Unlock()
 			return fmt.Errorf("engine: snapshot of %v: %w", t.id, err)
 		}
-		t.buf = b
-		if err := t.inc.w.ckpts.Save(ckptName(t.id), tc, b); err != nil {
-			return err
-		}
-		t.persisted = tc
+		t.save = b
 	}
 	if err := t.copyState(); err != nil {
+		t.mu.Unlock()
 		return err
 	}
 	t.target = next
+	t.mu.Unlock()
+	if !persist {
+		return nil
+	}
+	// Written without the lock, so that the task (and, chained, its
+	// sources) goes on with messages beyond tc while the file is fsynced;
+	// the coordinator raises the horizon only once every Save returned.
+	if err := t.inc.w.ckpts.Save(ckptName(t.id), tc, t.save); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.persisted = tc
+	t.mu.Unlock()
 	return nil
 }
 
