@@ -583,3 +583,61 @@ func TestSyncMakesTheActiveSegmentDurable(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+func TestSyncDuringAppendsAndRollsWithBackgroundFsyncsLosesNothingAndNeverFails(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, Options{SegmentBytes: 4096, SyncAhead: 700})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 400
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			// A roll may seal the file Sync is fsyncing: that is success,
+			// the roll fsynced it.
+			if err := l.Sync(); err != nil {
+				t.Errorf("sync during appends: %v", err)
+				return
+			}
+		}
+	}()
+	for i := range n {
+		if err := l.Append([]Record{{Ts: int64(i), Payload: bytes.Repeat([]byte{byte(i)}, 90)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(done)
+	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if l.mu.syncing {
+		t.Fatal("a background fsync outlived Close")
+	}
+	l, err = Open(dir, Options{SegmentBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := replayAll(t, l, 0)
+	if len(got) != n {
+		t.Fatalf("replayed %d records, want %d", len(got), n)
+	}
+	for i, r := range got {
+		if r.Ts != int64(i) || len(r.Payload) != 90 || r.Payload[0] != byte(i) {
+			t.Fatalf("record %d is ts %d, %d bytes", i, r.Ts, len(r.Payload))
+		}
+	}
+	if st := l.Stats(); st.Segments < 5 {
+		t.Fatalf("%d segments: the test did not roll", st.Segments)
+	}
+}
