@@ -88,6 +88,10 @@ type Result struct {
 	// noticed to the new generation running.
 	RecoveryTimes []time.Duration
 	Transport     transport.FaultStats
+	// WireBytes is what the workers' transport nodes wrote to their
+	// sockets, as of their last clock round (0 when every edge was
+	// chained).
+	WireBytes int64
 }
 
 // Coordinator runs a job on its workers: it starts every generation, polls
@@ -212,6 +216,7 @@ func (c *Coordinator) bank(i int) {
 	c.mu.banked.Crashes += l.Crashes
 	c.mu.banked.Late += l.Late
 	c.mu.banked.Filtered += l.Filtered
+	c.mu.banked.WireBytes += l.WireBytes
 	c.mu.bankF = addFaults(c.mu.bankF, f)
 	c.mu.last[i], c.mu.faults[i] = ClockReply{}, transport.FaultStats{}
 }
@@ -232,9 +237,11 @@ func (c *Coordinator) totals(res *Result) {
 		t.Crashes += c.mu.last[i].Crashes
 		t.Late += c.mu.last[i].Late
 		t.Filtered += c.mu.last[i].Filtered
+		t.WireBytes += c.mu.last[i].WireBytes
 		f = addFaults(f, c.mu.faults[i])
 	}
 	res.Crashes, res.Late, res.Filtered, res.Transport = t.Crashes, t.Late, t.Filtered, f
+	res.WireBytes = t.WireBytes
 }
 
 // Run runs the job to the end of its input and returns the results, or

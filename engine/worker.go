@@ -397,12 +397,15 @@ type ClockReply struct {
 	Processed int64  `json:"processed"`
 	Late      int64  `json:"late"`
 	Filtered  int64  `json:"filtered"`
+	// WireBytes is what the worker's transport node wrote to its sockets
+	// since it started, framing and control frames included.
+	WireBytes int64 `json:"wire_bytes"`
 }
 
 // Clock returns the least clock of the worker's tasks in generation gen.
 func (w *Worker) Clock(gen uint64) (ClockReply, error) {
 	r := ClockReply{Gen: gen, Crashes: w.crashes.Load(), Processed: w.processed.Load(),
-		Late: w.late.Load(), Filtered: w.filtered.Load()}
+		Late: w.late.Load(), Filtered: w.filtered.Load(), WireBytes: int64(w.node.Stats(false).Totals().WireOut)}
 	inc := w.inc.Load()
 	if inc == nil || inc.gen != gen {
 		return r, fmt.Errorf("engine: worker is not running generation %d", gen)

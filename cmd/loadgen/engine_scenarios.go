@@ -159,6 +159,7 @@ func engineReport(scenario string, cfg map[string]any, res *engine.Result, elaps
 	r.DurationS = elapsed.Seconds()
 	r.Checkpoints = res.Checkpoints
 	r.Recoveries = res.Recoveries
+	r.WireBytes = res.WireBytes
 	m := faultMap(res.Transport)
 	if m == nil {
 		m = map[string]int64{}
