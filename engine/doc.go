@@ -44,7 +44,11 @@
 //
 // Checkpoints are clock based, after Gearpump: a stateful task keeps a
 // checkpoint copy of its state holding exactly the messages with timestamp
-// < Tc beside its current state. Sources may only read below a horizon, the
+// < Tc beside its current state. The copy is made lazily: while no message
+// at or beyond Tc has reached the task, its current state is the
+// checkpoint state; the first run that reaches Tc copies the state over
+// (Snapshot, Restore) before it is processed, and only from then on do
+// messages below Tc go through the copy too. Sources may only read below a horizon, the
 // next checkpoint time after Tc. When the global minimum reaches Tc, every
 // stateful task persists its checkpoint copy (engine/checkpoint), sources
 // fsync their logs, and, since no message at or beyond the horizon exists

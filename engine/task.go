@@ -28,8 +28,14 @@ type taskRun struct {
 	mu        sync.Mutex
 	task      Task
 	state     Stateful // task as Stateful, nil if stateless
-	ckpt      Task     // the checkpoint copy: messages with Ts < target
+	ckpt      Task     // the checkpoint copy: messages with Ts < target, once copied
 	ckptState Stateful
+	// copied says the checkpoint copy is in use. Until a message at or
+	// beyond target arrives, the current state holds only messages below
+	// target, so it is the checkpoint state and the copy is left stale
+	// instead of processing every message a second time; the first run
+	// that reaches target copies the state over before it is processed.
+	copied    bool
 	restore   int64 // the restore filter: messages below were in the checkpoint
 	target    int64 // the next checkpoint time
 	persisted int64 // the last checkpoint persisted; arrivals below it are late
@@ -95,10 +101,21 @@ func (t *taskRun) processLocked(msgs []wire.Message) error {
 	if len(in) == 0 {
 		return nil
 	}
+	if t.ckpt != nil && !t.copied {
+		for _, m := range in {
+			if m.Ts >= t.target {
+				if err := t.copyState(); err != nil {
+					return err
+				}
+				t.copied = true
+				break
+			}
+		}
+	}
 	if err := t.task.Process(in, &t.out.em); err != nil {
 		return err
 	}
-	if t.ckpt != nil {
+	if t.copied {
 		below := t.below[:0]
 		for _, m := range in {
 			if m.Ts < t.target {
@@ -148,17 +165,20 @@ func (t *taskRun) checkpoint(persist bool, tc, next int64) error {
 		return nil
 	}
 	if persist {
-		b, err := t.ckptState.Snapshot(t.save[:0])
+		st := t.state // holds only messages below tc
+		if t.copied {
+			st = t.ckptState
+		}
+		b, err := st.Snapshot(t.save[:0])
 		if err != nil {
 			t.mu.Unlock()
 			return fmt.Errorf("engine: snapshot of %v: %w", t.id, err)
 		}
 		t.save = b
 	}
-	if err := t.copyState(); err != nil {
-		t.mu.Unlock()
-		return err
-	}
+	// No message at or beyond next exists yet: the current state is the
+	// checkpoint state for next.
+	t.copied = false
 	t.target = next
 	t.mu.Unlock()
 	if !persist {

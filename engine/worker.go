@@ -322,10 +322,7 @@ func (w *Worker) newTaskRun(inc *incarnation, id taskid.ID, proc Proc, cmd Start
 	if !ok {
 		return nil, fmt.Errorf("engine: task %v: a second instance is not Stateful", id)
 	}
-	t.ckpt, t.ckptState = cp, cst
-	if err := t.copyState(); err != nil {
-		return nil, err
-	}
+	t.ckpt, t.ckptState = cp, cst // copied when a message reaches cmd.Target
 	return t, nil
 }
 
