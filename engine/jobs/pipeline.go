@@ -127,6 +127,9 @@ func (s *Sum) Process(in []engine.Message, out *engine.Emitter) error {
 	if rec != nil {
 		now = bench.Now()
 	}
+	// Messages of one source read share their send time: equal latencies
+	// in a row are recorded at once.
+	var lat, same int64
 	for _, m := range in {
 		if len(m.Key) != 8 || len(m.Payload) < 16 {
 			return errors.New("jobs: malformed pipeline message")
@@ -137,8 +140,18 @@ func (s *Sum) Process(in []engine.Message, out *engine.Emitter) error {
 		ks.Sum += binary.LittleEndian.Uint64(m.Payload[8:])
 		s.sums[k] = ks
 		if rec != nil {
-			rec.Record(now - int64(binary.LittleEndian.Uint64(m.Payload)))
+			if l := now - int64(binary.LittleEndian.Uint64(m.Payload)); l != lat || same == 0 {
+				if same > 0 {
+					rec.RecordN(lat, same)
+				}
+				lat, same = l, 1
+			} else {
+				same++
+			}
 		}
+	}
+	if same > 0 {
+		rec.RecordN(lat, same)
 	}
 	return nil
 }
