@@ -212,6 +212,7 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	start := time.Now()
 	prog.Start()
 	mem := startMemSampler()
+	stopMarks := markFaults(prog, tx, rx)
 	var sent int64
 	var sendErr error
 	if cfg.rate > 0 {
@@ -224,6 +225,7 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 		return nil, nil, sendErr
 	}
 	sendEnd := time.Since(start)
+	stopMarks()
 	report.Notes = append(report.Notes, mem.stop())
 	if lim != nil {
 		lim.lifted.Store(true)
@@ -266,6 +268,40 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 		report.Notes = append(report.Notes, fmt.Sprintf("%d latencies were beyond the histogram's range and clamped", rec.Clamped()))
 	}
 	return report, rec, nil
+}
+
+// markFaults marks each connection reset the nodes inject on the run's
+// timeline, as it happens (drops and duplicates are too many to mark; the
+// report counts them). It returns the function that stops it.
+func markFaults(prog *bench.Progress, nodes ...*transport.Node) func() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		var last transport.FaultStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			var now transport.FaultStats
+			for _, n := range nodes {
+				f := n.Stats(false).Faults
+				now.DataDropped += f.DataDropped
+				now.CtrlDropped += f.CtrlDropped
+				now.Duplicated += f.Duplicated
+				now.Resets += f.Resets
+			}
+			for range now.Resets - last.Resets {
+				prog.Mark("reset", "connection reset by the fault injector")
+			}
+			last = now
+		}
+	}()
+	return func() { close(stop); <-done }
 }
 
 func drainTimeout(transportConfig) time.Duration { return 2 * time.Minute }
