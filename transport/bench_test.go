@@ -87,33 +87,44 @@ func BenchmarkPlainTCPIdealBatching(b *testing.B) {
 	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
 }
 
-func benchTransport(b *testing.B, channels int, rxOpts, txOpts []Option) {
+// benchPair starts a receiving and a sending node, counts what the receiver
+// delivers, and opens channels senders from (0, i) to (1, i). The nodes are
+// closed when the benchmark ends.
+func benchPair(b *testing.B, channels int, rxOpts, txOpts []Option) (tx, rx *Node, p *Peer, senders []*Sender, delivered *atomic.Int64) {
+	b.Helper()
 	rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0")}, rxOpts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer rx.Abort()
-	tx, err := NewNode(txOpts...)
+	b.Cleanup(rx.Abort)
+	tx, err = NewNode(txOpts...)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer tx.Abort()
-	var delivered atomic.Int64
+	b.Cleanup(tx.Abort)
+	delivered = new(atomic.Int64)
 	rx.HandleAll(func(taskid.ID) Handler {
 		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) { delivered.Add(int64(len(msgs))) }
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, _ := tx.Peer(rx.Addr())
+	p, _ = tx.Peer(rx.Addr())
 	if err := p.WaitConnected(ctx); err != nil {
 		b.Fatal(err)
 	}
-	senders := make([]*Sender, channels)
+	senders = make([]*Sender, channels)
 	for i := range senders {
 		if senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	return tx, rx, p, senders, delivered
+}
+
+func benchTransport(b *testing.B, channels int, rxOpts, txOpts []Option) {
+	tx, rx, _, senders, delivered := benchPair(b, channels, rxOpts, txOpts)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
 	msg := make([]byte, benchSize)
 	b.SetBytes(benchSize)
 	b.ReportAllocs()
@@ -214,36 +225,9 @@ func BenchmarkTransport10000ChannelsRuns16(b *testing.B) { benchTransportRuns(b,
 func BenchmarkTransport1ChannelRuns64(b *testing.B) { benchTransportRuns(b, 1, 64) }
 
 func benchTransportRuns(b *testing.B, channels, run int) {
-	rx, err := NewNode(WithListen("127.0.0.1:0"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rx.Abort()
-	wc := window.DefaultConfig()
-	if quietOverride > 0 {
-		wc.QuietAfter = quietOverride
-	}
-	tx, err := NewNode(WithWindow(wc))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tx.Abort()
-	var delivered atomic.Int64
-	rx.HandleAll(func(taskid.ID) Handler {
-		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) { delivered.Add(int64(len(msgs))) }
-	})
+	tx, rx, p, senders, delivered := benchPair(b, channels, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	p, _ := tx.Peer(rx.Addr())
-	if err := p.WaitConnected(ctx); err != nil {
-		b.Fatal(err)
-	}
-	senders := make([]*Sender, channels)
-	for i := range senders {
-		if senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)}); err != nil {
-			b.Fatal(err)
-		}
-	}
 	msgs := make([]wire.Message, run)
 	for i := range msgs {
 		msgs[i].Payload = make([]byte, benchSize)
@@ -279,5 +263,3 @@ func benchTransportRuns(b *testing.B, channels, run int) {
 	b.ReportMetric(float64(total)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(float64(wire)/float64(total), "wireB/msg")
 }
-
-var quietOverride time.Duration
