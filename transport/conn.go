@@ -17,6 +17,10 @@ import (
 	"github.com/sluicehq/sluice/wire"
 )
 
+// defaultCompressThreshold is the smallest batch compressed when
+// compression is on and the batch config sets no threshold.
+const defaultCompressThreshold = 8 << 10
+
 const (
 	stHandshake int32 = iota
 	stOpen
@@ -114,8 +118,12 @@ func newConn(n *Node, p *Peer, slot int) *conn {
 	c.flushTask = func(context.Context) error { c.flush(); return nil }
 	c.in.table = taskid.NewTable(n.o.maxChannels)
 	c.out.policy = batch.New(n.o.batch)
-	if n.o.batch.CompressThreshold > 0 {
-		c.out.comp = batch.NewCompressor(n.o.batch.CompressThreshold)
+	if n.o.compress {
+		threshold := n.o.batch.CompressThreshold
+		if threshold <= 0 {
+			threshold = defaultCompressThreshold
+		}
+		c.out.comp = batch.NewCompressor(threshold)
 	}
 	c.out.inj = newInjector(n.o.faults, c.stream<<1, &n.faultN)
 	c.mu.inj = newInjector(n.o.faults, c.stream<<1|1, &n.faultN)

@@ -97,7 +97,10 @@ func WithLossDetect(c lossdetect.Config) Option { return func(o *options) { o.lo
 func WithBatch(c batch.Config) Option { return func(o *options) { o.batch = c } }
 
 // WithCompression offers s2 compression of large batches to peers; a batch
-// is compressed only when both sides offered it. Default off.
+// is compressed only when both sides offered it, when it is at least the
+// batch config's CompressThreshold (8 KiB if that is 0), and when it
+// compresses well (incompressible data is detected and skipped cheaply).
+// Default off.
 func WithCompression(on bool) Option { return func(o *options) { o.compress = on } }
 
 // WithMaxFrame limits the body of a frame this node accepts. Default

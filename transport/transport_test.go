@@ -543,3 +543,52 @@ func testCloseWaitsForAcknowledgements(t *testing.T, be []Option) {
 		t.Errorf("TrySend after Close: %v, want ErrClosed", err)
 	}
 }
+
+func TestCompressedBatchesArriveIntactAndSmaller(t *testing.T) {
+	rx, tx, p := newPair(t, []Option{WithCompression(true)}, []Option{WithCompression(true)})
+	var got atomic.Int64
+	var bad atomic.Int64
+	rx.HandleAll(func(taskid.ID) Handler {
+		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+			for _, m := range msgs {
+				if !bytes.Equal(m.Payload[8:], bytes.Repeat([]byte("sluice "), 128)[:len(m.Payload)-8]) {
+					bad.Add(1)
+				}
+			}
+			got.Add(int64(len(msgs)))
+		}
+	})
+	ctx := ctxT(t, 20*time.Second)
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := bytes.Repeat([]byte("sluice "), 128)
+	const n, size = 20000, 200
+	for k := range n {
+		b := append(binary.LittleEndian.AppendUint64(nil, uint64(k)), text[:size-8]...)
+		if err := s.Send(ctx, int64(k), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got.Load() != n || bad.Load() != 0 {
+		t.Fatalf("delivered %d of %d, %d damaged", got.Load(), n, bad.Load())
+	}
+	if wireOut := tx.Stats(false).Totals().WireOut; wireOut >= n*size/2 {
+		t.Errorf("%d bytes on the wire for %d bytes of repetitive payload: not compressed", wireOut, n*size)
+	}
+}
+
+func TestCompressionNeedsBothSides(t *testing.T) {
+	rx, tx, p := newPair(t, nil, []Option{WithCompression(true)})
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	sendAll(t, ctxT(t, 20*time.Second), p, 1, 5000, 200)
+	col.check(t, 5000)
+	if wireOut := tx.Stats(false).Totals().WireOut; wireOut < 5000*200 {
+		t.Errorf("%d bytes on the wire for 1,000,000 bytes of payload: compressed for a peer that did not offer it", wireOut)
+	}
+}
