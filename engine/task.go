@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -207,6 +208,13 @@ type sourceRun struct {
 	crash         atomic.Bool
 	pendingDelete atomic.Int64
 
+	// A deletion of old log segments (unlinks and a directory fsync, tens
+	// of milliseconds under write-back) runs beside the source, one at a
+	// time; deleting is done, with its error in deleteErr.
+	deleting  sync.WaitGroup
+	deleteErr atomic.Pointer[error]
+	deleteOn  atomic.Bool
+
 	mu   sync.Mutex // guards src against Finish
 	src  Source
 	recs []Record
@@ -240,6 +248,14 @@ func (s *sourceRun) emit(recs []Record, low int64) error {
 	}
 	_, err := s.out.flush(s.inc.ctx, low)
 	return err
+}
+
+func (s *sourceRun) deleteBefore(ts int64) {
+	defer s.deleting.Done()
+	defer s.deleteOn.Store(false)
+	if _, err := s.log.DeleteBefore(ts); err != nil && !errors.Is(err, store.ErrClosed) {
+		s.deleteErr.Store(&err)
+	}
 }
 
 func (s *sourceRun) loop() error {
@@ -290,9 +306,14 @@ func (s *sourceRun) loop() error {
 			return nil
 		}
 		s.checkCrash()
-		if d := s.pendingDelete.Swap(math.MinInt64); d != math.MinInt64 {
-			if _, err := s.log.DeleteBefore(d); err != nil {
-				return err
+		if p := s.deleteErr.Load(); p != nil {
+			return *p
+		}
+		if !s.deleteOn.Load() {
+			if d := s.pendingDelete.Swap(math.MinInt64); d != math.MinInt64 {
+				s.deleteOn.Store(true)
+				s.deleting.Add(1)
+				go s.deleteBefore(d)
 			}
 		}
 		h := s.inc.horizon.Load()

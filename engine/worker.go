@@ -380,6 +380,7 @@ func (inc *incarnation) stop() {
 		o.closeSenders()
 	}
 	for _, s := range inc.sources {
+		s.deleting.Wait()
 		if s.log != nil {
 			_ = s.log.Close()
 		}

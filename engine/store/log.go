@@ -25,6 +25,7 @@
 package store
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -467,33 +468,49 @@ func asCorrupt(r *reader, err error) error {
 // Ts < ts, and returns how many it deleted. The engine calls it with the
 // timestamp of the last completed checkpoint; afterwards a Replay from below
 // ts may miss records. The active segment is never deleted. It waits for
-// running Replays.
+// running Replays; Append and Sync go on while the files are removed.
 func (l *Log) DeleteBefore(ts int64) (removed int, err error) {
 	l.replayMu.Lock()
 	defer l.replayMu.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.mu.closed {
+		l.mu.Unlock()
 		return 0, ErrClosed
 	}
+	var doomed []segment
 	segs := l.mu.segs
 	keep := segs[:0]
 	for i := range segs {
 		s := segs[i]
 		active := i == len(segs)-1
-		if !active && err == nil && (s.batches == 0 || s.maxTs < ts) {
-			if rerr := os.Remove(s.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-				err = fmt.Errorf("store: %w", rerr)
-				keep = append(keep, s)
-				continue
-			}
-			removed++
+		if !active && (s.batches == 0 || s.maxTs < ts) {
+			doomed = append(doomed, s)
 			continue
 		}
 		keep = append(keep, s)
 	}
 	clear(segs[len(keep):])
 	l.mu.segs = keep
+	l.mu.Unlock()
+	// The doomed segments are sealed and no Replay runs (replayMu): they
+	// are unlinked without the lock, so that Append goes on meanwhile.
+	var failed []segment
+	for _, s := range doomed {
+		if rerr := os.Remove(s.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			if err == nil {
+				err = fmt.Errorf("store: %w", rerr)
+			}
+			failed = append(failed, s)
+			continue
+		}
+		removed++
+	}
+	if len(failed) > 0 {
+		l.mu.Lock()
+		l.mu.segs = append(l.mu.segs, failed...)
+		slices.SortFunc(l.mu.segs, func(a, b segment) int { return cmp.Compare(a.seq, b.seq) })
+		l.mu.Unlock()
+	}
 	if removed > 0 && !l.opts.NoSync {
 		if serr := syncDir(l.dir); err == nil {
 			err = serr

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -639,5 +640,63 @@ func TestSyncDuringAppendsAndRollsWithBackgroundFsyncsLosesNothingAndNeverFails(
 	}
 	if st := l.Stats(); st.Segments < 5 {
 		t.Fatalf("%d segments: the test did not roll", st.Segments)
+	}
+}
+
+func TestDeleteBeforeDuringAppendsKeepsEveryRecordAtOrAfterItsTimestamp(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, Options{SegmentBytes: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 600
+	var cut atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range n {
+			if err := l.Append([]Record{{Ts: int64(i), Payload: bytes.Repeat([]byte{byte(i)}, 60)}}); err != nil {
+				t.Error(err)
+				return
+			}
+			if i%40 == 0 {
+				cut.Store(int64(i / 2))
+			}
+		}
+	}()
+	deleted := 0
+	for range 50 {
+		d, err := l.DeleteBefore(cut.Load())
+		if err != nil {
+			t.Fatal(err)
+		}
+		deleted += d
+	}
+	wg.Wait()
+	last := cut.Load()
+	d, err := l.DeleteBefore(last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deleted += d; deleted == 0 {
+		t.Fatal("no segment was deleted")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l, err = Open(dir, Options{SegmentBytes: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := replayAll(t, l, last)
+	if len(got) != n-int(last) {
+		t.Fatalf("replayed %d records from %d, want %d", len(got), last, n-int(last))
+	}
+	for i, r := range got {
+		if r.Ts != last+int64(i) || r.Payload[0] != byte(r.Ts) {
+			t.Fatalf("record %d is ts %d", i, r.Ts)
+		}
 	}
 }
