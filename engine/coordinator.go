@@ -65,6 +65,9 @@ type Config struct {
 	Seed uint64
 	// NoSync skips fsyncs (in-process workers).
 	NoSync bool
+	// NoChain keeps the transport on every edge of a one-node job
+	// (WorkerConfig.NoChain).
+	NoChain bool
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// OnEvent, if set, is told of faults and recoveries as they happen.
@@ -258,7 +261,7 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			h, err = newProcessHandle(ctx, c.cfg.Spawn, i, c.events)
 		} else {
 			h, err = newLocalHandle(c.job, WorkerConfig{Dir: filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i)),
-				Faults: c.nodeFaults(i), NoSync: c.cfg.NoSync, Logger: c.cfg.Logger}, i, c.events)
+				Faults: c.nodeFaults(i), NoSync: c.cfg.NoSync, NoChain: c.cfg.NoChain, Logger: c.cfg.Logger}, i, c.events)
 		}
 		if err != nil {
 			c.closeAll()

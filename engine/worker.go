@@ -32,6 +32,10 @@ type WorkerConfig struct {
 	Faults transport.Faults
 	// NoSync skips fsyncs of logs and checkpoints (tests, benchmarks).
 	NoSync bool
+	// NoChain keeps the transport on every edge even when the whole job
+	// runs on this node (to measure or test the transport through the
+	// engine). Default: such edges are chained; see [Worker.Start].
+	NoChain bool
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
@@ -178,7 +182,7 @@ func (w *Worker) Start(cmd StartCmd) error {
 	// second core it could bring. With several nodes every edge keeps the
 	// transport, so that channels, epochs and acks behave the same across
 	// processes and within one.
-	chain := func(outEdge) bool { return single && !w.cfg.Faults.Enabled() }
+	chain := func(outEdge) bool { return single && !w.cfg.Faults.Enabled() && !w.cfg.NoChain }
 	restoreTs := int64(math.MinInt64)
 	if cmd.HasRestore {
 		restoreTs = cmd.Restore

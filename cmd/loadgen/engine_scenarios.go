@@ -32,6 +32,7 @@ type engineConfig struct {
 	parallelism int
 	maxRestarts int
 	sync        bool
+	chain       bool
 }
 
 func (c *engineConfig) register(fs *flag.FlagSet) {
@@ -43,6 +44,14 @@ func (c *engineConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.parallelism, "parallelism", 2, "engine scenarios: tasks of each processor after the source")
 	fs.IntVar(&c.maxRestarts, "max-restarts", 100, "engine scenarios: recoveries allowed per minute before the run fails")
 	fs.BoolVar(&c.sync, "fsync", true, "engine scenarios: fsync logs and checkpoints")
+	fs.BoolVar(&c.chain, "chain", true, "engine scenarios: with --nodes 1 and no transport faults, hand messages between tasks by direct calls instead of the transport")
+}
+
+// chained says whether the engine chains the job's edges instead of using
+// the transport: one node, no transport faults, --chain.
+func (c *engineConfig) chained(tc transportConfig) bool {
+	f, _, _, err := engineFaults(tc.faults, tc.seed)
+	return err == nil && c.chain && c.nodes <= 1 && !f.Enabled()
 }
 
 // engineFaults splits --faults into transport faults and the engine's
@@ -93,7 +102,7 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	}
 	cfg := engine.Config{
 		Nodes: ec.nodes, Dir: dir, CheckpointEvery: ec.ckptEvery, InitialInterval: initial,
-		Faults: f, CrashEvery: crash, KillEvery: kill, Seed: tc.seed, NoSync: !ec.sync,
+		Faults: f, CrashEvery: crash, KillEvery: kill, Seed: tc.seed, NoSync: !ec.sync, NoChain: !ec.chain,
 		Restart: engine.RestartPolicy{MaxRestarts: ec.maxRestarts, Window: time.Minute, MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second},
 	}
 	if ec.nodes > 1 {
@@ -243,7 +252,7 @@ func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfi
 	}
 	r := engineReport("pipeline", map[string]any{"size": tc.size, "duration": tc.duration.String(), "nodes": ec.nodes,
 		"faults": tc.faults, "seed": tc.seed, "parallelism": ec.parallelism, "checkpoint_every": ec.ckptEvery.String(),
-		"fsync": ec.sync}, res, elapsed, prog)
+		"fsync": ec.sync, "chained": ec.chained(tc)}, res, elapsed, prog)
 	r.MessagesSent = gen
 	r.MessagesDelivered = summed
 	ok := diff == "" && summed == gen
