@@ -159,33 +159,26 @@ func (o *outputs) flush(ctx context.Context, low int64) (int, error) {
 				b.reset()
 				continue
 			}
+			wm := o.wm[:0]
+			start := 0
+			for i, end := range b.ends {
+				wm = append(wm, wire.Message{Ts: b.ts[i], Payload: b.buf[start:end:end]})
+				start = end
+			}
+			o.wm = wm
 			if to := o.chained[e][t]; to != nil {
 				// The target has consumed the run when handle returns, and
 				// has reported the clock of what it emitted: nothing of it
 				// stays unacknowledged here.
-				wm := o.wm[:0]
-				start := 0
-				for i, end := range b.ends {
-					wm = append(wm, wire.Message{Ts: b.ts[i], Payload: b.buf[start:end:end]})
-					start = end
-				}
-				o.wm = wm
 				to.handle(wm)
 				clear(wm)
 				total += len(wm)
 				b.reset()
 				continue
 			}
-			s := o.sends[e][t]
-			start := 0
-			n := 0
-			for i, end := range b.ends {
-				if err = s.Send(ctx, b.ts[i], b.buf[start:end]); err != nil {
-					break
-				}
-				start = end
-				n++
-			}
+			var n int
+			n, err = o.sends[e][t].SendRun(ctx, wm)
+			clear(wm)
 			if n > 0 {
 				runs = append(runs, sent{q: qi, n: n, minTs: b.minTs})
 			}
