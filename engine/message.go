@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/engine/store"
+	"github.com/sluicehq/sluice/wire"
 )
 
 // Message is what tasks exchange: an event timestamp, an optional key that
@@ -151,3 +152,9 @@ var discard = &Emitter{}
 // time: side effects that must happen once per message (metrics, latency
 // records) belong to the other calls. What it emits is dropped.
 func (e *Emitter) CheckpointCopy() bool { return e == discard }
+
+// MaxMessageBytes is the largest encoded message (key and payload) a task
+// may emit when its edge crosses the transport: one DATA frame's body, less
+// room for the run header. Larger messages fail the task with
+// transport.ErrTooLarge.
+const MaxMessageBytes = wire.DefaultMaxFrame - 64<<10

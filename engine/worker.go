@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/engine/store"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/window"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -90,8 +91,15 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A record is one message, and records are as large as the input makes
+	// them (a word of wordcount can be a 500 KiB token): let a channel's
+	// window hold any message a frame can carry. Windows grow on demand and
+	// the peer budget still bounds what all channels hold together.
+	win := window.DefaultConfig()
+	win.MaxBytes = MaxMessageBytes
 	node, err := transport.NewNode(transport.WithListen(cfg.Listen), transport.WithFaults(cfg.Faults),
-		transport.WithLogger(lg), transport.WithReconnectBackoff(5*time.Millisecond, 200*time.Millisecond))
+		transport.WithLogger(lg), transport.WithReconnectBackoff(5*time.Millisecond, 200*time.Millisecond),
+		transport.WithWindow(win))
 	if err != nil {
 		return nil, err
 	}
