@@ -26,8 +26,23 @@ $lg run --scenario transport --size 100 --channels 10000 --duration 10s --out $o
 $lg run --scenario transport --channels 64 --duration 10s --faults drop=0.05,ctrldrop=0.05,dup=0.01,reset=2s --seed 7 --out $out/transport-faults --json > /dev/null
 # A consumer at 1,000 msgs/s against a flat-out producer, 10,000 channels: memory.
 $lg run --scenario transport --channels 10000 --consume-rate 1000 --duration 20s --out $out/transport-slow-consumer --json > /dev/null
-# The exactly-once pipeline, checkpoints every second, and without checkpoints.
+# The exactly-once pipeline: checkpoints every second; without checkpoints;
+# every edge on the transport; two processes.
 $lg run --scenario pipeline --size 100 --duration 10s --out $out/pipeline --json > /dev/null
 $lg run --scenario pipeline --size 100 --duration 10s --checkpoint-every 1h --out $out/pipeline-no-checkpoints --json > /dev/null
+$lg run --scenario pipeline --size 100 --duration 10s --chain=false --out $out/pipeline-transport --json > /dev/null
+$lg run --scenario pipeline --size 100 --duration 10s --nodes 2 --out $out/pipeline-2nodes --json > /dev/null
+# Word count over 48 MB of real text: clean, under transport faults and
+# crashes across 3 processes, and with a process SIGKILLed every 3 s. Each
+# output must equal the clean one.
+input=/tmp/sluice-wc-input.txt
+find /usr/local/go/src -name '*.go' | LC_ALL=C sort | head -3000 | xargs cat > $input
+$lg run --scenario wordcount --input $input --output /tmp/sluice-wc-clean.tsv --out $out/wordcount --json > /dev/null
+$lg run --scenario wordcount --input $input --output /tmp/sluice-wc-faults.tsv --nodes 3 \
+	--faults drop=0.02,ctrldrop=0.02,dup=0.01,reset=1s,crash=2s --seed 5 --out $out/wordcount-faults --json > /dev/null
+$lg run --scenario wordcount --input $input --output /tmp/sluice-wc-kill.tsv --nodes 3 --faults kill=3s --seed 3 \
+	--out $out/wordcount-kill --json > /dev/null
+cmp /tmp/sluice-wc-clean.tsv /tmp/sluice-wc-faults.tsv
+cmp /tmp/sluice-wc-clean.tsv /tmp/sluice-wc-kill.tsv
 # Peers in one run.
 (cd bench/compare && go run . --size 100 --duration 5s --rounds 3 --out ../../$out/compare --json > /dev/null)
