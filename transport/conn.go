@@ -647,7 +647,13 @@ func (c *conn) close(err error) {
 	}
 	c.node.forget(c)
 	c.node.countClose(err)
-	if !errors.Is(err, io.EOF) && !errors.Is(err, ErrClosed) {
+	var ga *GoAwayError
+	switch {
+	case errors.Is(err, io.EOF) || errors.Is(err, ErrClosed):
+	case errors.As(err, &ga) && (ga.Code == wire.GoAwayNormal || ga.Code == wire.GoAwayShutdown):
+		// The peer said goodbye: routine, not a warning.
+		c.node.log.Info("sluice: connection closed by the peer", "remote", c.remote, "node", fmt.Sprintf("%x", c.remoteID.Load()), "reason", ga.Code)
+	default:
 		c.node.log.Warn("sluice: connection closed", "remote", c.remote, "node", fmt.Sprintf("%x", c.remoteID.Load()), "err", err)
 	}
 	close(c.done)
