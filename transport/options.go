@@ -52,7 +52,7 @@ func defaultOptions() options {
 		batch:            batch.DefaultConfig(),
 		maxFrame:         wire.DefaultMaxFrame,
 		maxChannels:      65536,
-		peerBudget:       32 << 20,
+		peerBudget:       16 << 20,
 		inboundBudget:    64 << 20,
 		handshakeTimeout: 5 * time.Second,
 		idleTimeout:      0,
@@ -114,7 +114,7 @@ func WithMaxChannels(n int) Option { return func(o *options) { o.maxChannels = n
 // WithPeerBudget limits the payload bytes retained, sent or not yet
 // acknowledged, over all channels to one peer; Send blocks beyond it.
 // It bounds the sender's memory however many channels there are.
-// Default 32 MiB.
+// Default 16 MiB.
 func WithPeerBudget(n int) Option { return func(o *options) { o.peerBudget = n } }
 
 // WithInboundBudget limits the payload bytes received on one connection and

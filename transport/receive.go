@@ -158,18 +158,18 @@ type delivery struct {
 
 var deliveryPool = sync.Pool{New: func() any { return new(delivery) }}
 
-// Delivery buffers come from pools by size class, powers of two from 256
-// bytes, so a queued delivery holds at most twice what it carries (with ten
+// Delivery buffers come from pools by size class, powers of two from 64
+// bytes (and message slices from one message), so a queued delivery holds at most twice what it carries (with ten
 // thousand slow channels each holding a message or two, oversized buffers
 // would multiply the memory in inboxes) and buffers are still reused.
 const (
-	minClassShift = 8
+	minClassShift = 6
 	numClasses    = 24 - minClassShift // up to 16 MiB; larger runs are allocated exactly
 )
 
 var (
 	bufPools [numClasses]sync.Pool // of *[]byte
-	msgPools [numClasses]sync.Pool // of *[]wire.Message, classes counted in messages from 16
+	msgPools [numClasses]sync.Pool // of *[]wire.Message, classes counted in messages from 1
 )
 
 func sizeClass(n, minShift int) int {
@@ -193,11 +193,11 @@ func getDelivery(n, size int) *delivery {
 	} else {
 		d.buf = make([]byte, 0, size)
 	}
-	if c := sizeClass(n, 4); c < numClasses {
+	if c := sizeClass(n, 0); c < numClasses {
 		if p, ok := msgPools[c].Get().(*[]wire.Message); ok {
 			d.msgs = (*p)[:0]
 		} else {
-			d.msgs = make([]wire.Message, 0, 1<<(4+c))
+			d.msgs = make([]wire.Message, 0, 1<<c)
 		}
 	} else {
 		d.msgs = make([]wire.Message, 0, n)
@@ -211,7 +211,7 @@ func putDelivery(d *delivery) {
 		b := d.buf[:0]
 		bufPools[c].Put(&b)
 	}
-	if c := sizeClass(cap(d.msgs), 4); c < numClasses && cap(d.msgs) == 1<<(4+c) {
+	if c := sizeClass(cap(d.msgs), 0); c < numClasses && cap(d.msgs) == 1<<c {
 		m := d.msgs[:0]
 		msgPools[c].Put(&m)
 	}

@@ -46,6 +46,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var sec securityFlags
 	sec.register(fs)
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
+	memProfile := fs.String("memprofile", "", "write a heap profile to this file when the run ends (go tool pprof reads it)")
 	var out outputFlags
 	out.register(fs)
 	var tc transportConfig
@@ -102,7 +103,24 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	if *memProfile != "" {
+		if err := writeHeapProfile(*memProfile); err != nil {
+			return err
+		}
+	}
 	return finishReport(report, rec, out, stdout, stderr)
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // transportOnly refuses the security flags for the engine scenarios, whose
