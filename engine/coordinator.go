@@ -41,6 +41,10 @@ var ErrRestartsExhausted = errors.New("engine: restart policy exhausted")
 type Config struct {
 	// Nodes is the number of workers; 0 means 1.
 	Nodes int
+	// Transport holds further options of the in-process workers'
+	// transport (authentication, TLS, limits); child processes get theirs
+	// from their command line (see Spawn).
+	Transport []transport.Option
 	// Dir holds every node's logs and checkpoints (node<k>/ below it).
 	Dir string
 	// Spawn, when set, runs each worker in a child process; otherwise the
@@ -261,7 +265,8 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			h, err = newProcessHandle(ctx, c.cfg.Spawn, i, c.events)
 		} else {
 			h, err = newLocalHandle(c.job, WorkerConfig{Dir: filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i)),
-				Faults: c.nodeFaults(i), NoSync: c.cfg.NoSync, NoChain: c.cfg.NoChain, Logger: c.cfg.Logger}, i, c.events)
+				Faults: c.nodeFaults(i), NoSync: c.cfg.NoSync, NoChain: c.cfg.NoChain, Logger: c.cfg.Logger,
+				Transport: c.cfg.Transport}, i, c.events)
 		}
 		if err != nil {
 			c.closeAll()

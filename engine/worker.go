@@ -39,6 +39,9 @@ type WorkerConfig struct {
 	NoChain bool
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
+	// Transport holds further options of the node's transport:
+	// authentication (transport.WithKey), TLS, limits.
+	Transport []transport.Option
 }
 
 // Worker runs the tasks placed on one node. Its control methods are called
@@ -99,7 +102,7 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 	win.MaxBytes = MaxMessageBytes
 	node, err := transport.NewNode(transport.WithListen(cfg.Listen), transport.WithFaults(cfg.Faults),
 		transport.WithLogger(lg), transport.WithReconnectBackoff(5*time.Millisecond, 200*time.Millisecond),
-		transport.WithWindow(win))
+		transport.WithWindow(win), transport.WithOptions(cfg.Transport...))
 	if err != nil {
 		return nil, err
 	}

@@ -66,6 +66,16 @@ func defaultOptions() options {
 	}
 }
 
+// WithOptions applies opts in order, so that a list of options can be
+// passed where one is expected.
+func WithOptions(opts ...Option) Option {
+	return func(o *options) {
+		for _, opt := range opts {
+			opt(o)
+		}
+	}
+}
+
 // WithListen makes the node accept peers on addr ("127.0.0.1:7400", or
 // ":0" for any free port; see [Node.Addr]). Default: the node only dials.
 func WithListen(addr string) Option { return func(o *options) { o.listen = addr } }

@@ -246,6 +246,7 @@ type agent struct {
 	ln         net.Listener
 	dataListen string // "" : the address the coordinator reached us at, any port
 	stderr     io.Writer
+	opts       []transport.Option // authentication and encryption of the data node
 
 	wg     sync.WaitGroup
 	closed chan struct{}
@@ -441,7 +442,8 @@ func (r *agentRun) run(ctx context.Context, ctlLocal net.Addr) error {
 	if r.plan.ConsumeRate > 0 {
 		r.srv.lim = &limiter{rate: r.plan.ConsumeRate}
 	}
-	r.node, err = transport.NewNode(transport.WithListen(listen), transport.WithConnectionsPerPeer(r.plan.Connections))
+	r.node, err = transport.NewNode(append([]transport.Option{transport.WithListen(listen),
+		transport.WithConnectionsPerPeer(r.plan.Connections)}, r.a.opts...)...)
 	if err != nil {
 		return err
 	}
@@ -648,7 +650,13 @@ func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"Runs until interrupted, one coordinator at a time.", stderr)
 	listen := fs.String("listen", "127.0.0.1:7500", "control address to listen on for coordinators")
 	dataListen := fs.String("data-listen", "", "data address to receive on (default: the address the coordinator reached, any port)")
+	var sec securityFlags
+	sec.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	opts, err := sec.options()
+	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -659,6 +667,7 @@ func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("agent: %w", err)
 	}
 	a := newAgent(ln, *dataListen, stderr)
+	a.opts = opts
 	a.logf("listening for coordinators on %s", ln.Addr())
 	err = a.serve(ctx)
 	fmt.Fprintln(stdout, "loadgen agent: stopped")

@@ -80,7 +80,7 @@ func engineFaults(s string, seed uint64) (f transport.Faults, crash, kill time.D
 }
 
 // runEngine runs spec on the engine and returns the coordinator's result.
-func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transportConfig, initial int64,
+func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transportConfig, sec securityFlags, initial int64,
 	rec *bench.Recorder, prog **bench.Progress, stderr io.Writer) (*engine.Result, time.Duration, error) {
 	f, crash, kill, err := engineFaults(tc.faults, tc.seed)
 	if err != nil {
@@ -100,8 +100,13 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 		}
 		defer os.RemoveAll(dir)
 	}
+	topts, err := sec.options()
+	if err != nil {
+		return nil, 0, err
+	}
 	cfg := engine.Config{
-		Nodes: ec.nodes, Dir: dir, CheckpointEvery: ec.ckptEvery, InitialInterval: initial,
+		Transport: topts,
+		Nodes:     ec.nodes, Dir: dir, CheckpointEvery: ec.ckptEvery, InitialInterval: initial,
 		Faults: f, CrashEvery: crash, KillEvery: kill, Seed: tc.seed, NoSync: !ec.sync, NoChain: !ec.chain,
 		Restart: engine.RestartPolicy{MaxRestarts: ec.maxRestarts, Window: time.Minute, MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second},
 	}
@@ -122,6 +127,7 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 			if listen != "" {
 				args = append(args, "--listen", listen)
 			}
+			args = append(args, sec.args()...)
 			cmd := exec.Command(exe, args...)
 			cmd.Stderr = stderr
 			return cmd, nil
@@ -193,13 +199,13 @@ func engineReport(scenario string, cfg map[string]any, res *engine.Result, elaps
 	return r
 }
 
-func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConfig, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
+func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConfig, sec securityFlags, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
 	if ec.input == "" || ec.output == "" {
 		return nil, nil, errors.New("wordcount needs --input and --output")
 	}
 	spec := jobs.Spec{Kind: "wordcount", Input: ec.input, Middle: ec.parallelism, Last: ec.parallelism}
 	var prog *bench.Progress
-	res, elapsed, err := runEngine(ctx, spec, ec, tc, 4096, nil, &prog, stderr)
+	res, elapsed, err := runEngine(ctx, spec, ec, tc, sec, 4096, nil, &prog, stderr)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -234,7 +240,7 @@ func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConf
 	return r, nil, nil
 }
 
-func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfig, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
+func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfig, sec securityFlags, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
 	rec := bench.NewRecorder()
 	if ec.nodes > 1 {
 		rec = nil // the sinks run in other processes
@@ -242,7 +248,7 @@ func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfi
 	spec := jobs.Spec{Kind: "pipeline", Size: tc.size, DeadlineNs: bench.Now() + int64(tc.duration), Keys: 64,
 		Middle: ec.parallelism, Last: ec.parallelism}
 	var prog *bench.Progress
-	res, elapsed, err := runEngine(ctx, spec, ec, tc, 1<<17, rec, &prog, stderr)
+	res, elapsed, err := runEngine(ctx, spec, ec, tc, sec, 1<<17, rec, &prog, stderr)
 	if err != nil {
 		return nil, nil, err
 	}

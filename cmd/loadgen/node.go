@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/jobs"
@@ -22,7 +21,13 @@ func nodeCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	faults := fs.String("faults", "", "transport faults to inject")
 	seed := fs.Uint64("seed", 1, "fault seed")
 	sync := fs.Bool("fsync", true, "fsync logs and checkpoints")
+	var sec securityFlags
+	sec.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	opts, err := sec.options()
+	if err != nil {
 		return err
 	}
 	f, _, err := transport.ParseFaults(*faults, *seed)
@@ -34,11 +39,10 @@ func nodeCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return err
 	}
 	w, err := engine.NewWorker(job, engine.WorkerConfig{Dir: *dir, Listen: *listen, Faults: f, NoSync: !*sync,
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		Logger:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Transport: opts})
 	if err != nil {
 		return err
 	}
 	return engine.ServeWorker(ctx, w, stdin, stdout)
 }
-
-var _ = os.Stdin

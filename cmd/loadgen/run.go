@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -88,15 +87,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		report, rec, err = runTransport(ctx, tc, stdout, stderr, opts...)
 	case "wordcount":
-		if err := transportOnly(sec); err != nil {
-			return err
-		}
-		report, rec, err = runWordCountScenario(ctx, ec, tc, stderr)
+		report, rec, err = runWordCountScenario(ctx, ec, tc, sec, stderr)
 	case "pipeline":
-		if err := transportOnly(sec); err != nil {
-			return err
-		}
-		report, rec, err = runPipelineScenario(ctx, ec, tc, stderr)
+		report, rec, err = runPipelineScenario(ctx, ec, tc, sec, stderr)
 	default:
 		return fmt.Errorf("run: unknown scenario %q (want transport, wordcount or pipeline)", *scenario)
 	}
@@ -121,15 +114,6 @@ func writeHeapProfile(path string) error {
 		return err
 	}
 	return f.Close()
-}
-
-// transportOnly refuses the security flags for the engine scenarios, whose
-// nodes talk over loopback only.
-func transportOnly(sec securityFlags) error {
-	if sec.keyFile != "" || sec.tls {
-		return errors.New("run: --key-file and --tls apply to the transport scenario; the engine scenarios run on loopback")
-	}
-	return nil
 }
 
 func rateString(r float64) string {

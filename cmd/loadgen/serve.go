@@ -377,6 +377,18 @@ func (s *securityFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&s.tls, "tls", false, "encrypt connections with TLS 1.3 (an ephemeral self-signed certificate; peers are authenticated by --key-file, which is required)")
 }
 
+// args returns the flags that give a child process the same settings.
+func (s *securityFlags) args() []string {
+	var a []string
+	if s.keyFile != "" {
+		a = append(a, "--key-file", s.keyFile)
+	}
+	if s.tls {
+		a = append(a, "--tls")
+	}
+	return a
+}
+
 // options reads the key file and builds the transport options. Errors name
 // the file, never its contents.
 func (s *securityFlags) options() ([]transport.Option, error) {
