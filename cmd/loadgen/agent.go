@@ -91,6 +91,9 @@ type ctlMsg struct {
 	Done     *agentDone     `json:"done,omitempty"`
 	Findings *agentFindings `json:"findings,omitempty"`
 	Error    string         `json:"error,omitempty"`
+
+	Nonce []byte `json:"nonce,omitempty"` // auth: a fresh challenge
+	MAC   []byte `json:"mac,omitempty"`   // proof: HMAC over the role and both challenges
 }
 
 // agentPlan is an agent's part in a run.
@@ -247,6 +250,7 @@ type agent struct {
 	dataListen string // "" : the address the coordinator reached us at, any port
 	stderr     io.Writer
 	opts       []transport.Option // authentication and encryption of the data node
+	key        []byte             // authenticates coordinators; nil: anyone may coordinate
 
 	wg     sync.WaitGroup
 	closed chan struct{}
@@ -335,6 +339,10 @@ func (a *agent) logf(format string, args ...any) {
 func (a *agent) session(ctx context.Context, c net.Conn) {
 	who := c.RemoteAddr().String()
 	cc := newCtlConn(c)
+	if err := ctlAuthenticate(cc, a.key, false); err != nil {
+		a.logf("refused coordinator %s: %v", who, err)
+		return
+	}
 	a.mu.Lock()
 	busy := a.mu.busy
 	if busy == "" {
@@ -659,6 +667,10 @@ func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	key, err := sec.key()
+	if err != nil {
+		return err
+	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("agent: unexpected arguments %q", fs.Args())
 	}
@@ -667,7 +679,7 @@ func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("agent: %w", err)
 	}
 	a := newAgent(ln, *dataListen, stderr)
-	a.opts = opts
+	a.opts, a.key = opts, key
 	a.logf("listening for coordinators on %s", ln.Addr())
 	err = a.serve(ctx)
 	fmt.Fprintln(stdout, "loadgen agent: stopped")

@@ -49,6 +49,7 @@ const (
 
 // coordConfig is what coordinate runs.
 type coordConfig struct {
+	key      []byte // proves the coordinator to the agents; nil: no authentication
 	agents   []string
 	topology string
 	tc       transportConfig
@@ -303,6 +304,9 @@ func (c *coordinator) dial(ctx context.Context) error {
 					Err: fmt.Errorf("%w: %v (is 'loadgen agent --listen %s' running there?)", errAgentUnreachable, err, r.addr)}
 			} else {
 				r.cc = newCtlConn(conn)
+				if err := ctlAuthenticate(r.cc, c.cfg.key, true); err != nil {
+					errs[i] = &agentError{Agent: r.addr, Role: r.role, Phase: "authenticating", Err: err}
+				}
 			}
 			done <- i
 		}()
@@ -389,6 +393,8 @@ func (c *coordinator) await(ctx context.Context, phase, want string, set []*remo
 			continue
 		case m.Type == msgError:
 			return fail(fmt.Errorf("%w: %s", errAgentFailed, m.Error))
+		case m.Type == msgAuth:
+			return fail(fmt.Errorf("%w: the agent requires a key; give coordinate the agents' --key-file", errCtlAuth))
 		case m.Type != want || !pending[r]:
 			return fail(fmt.Errorf("%w %q, want %q", errCtlUnexpected, m.Type, want))
 		}
@@ -511,11 +517,17 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	out.register(fs)
 	var tc transportConfig
 	tc.register(fs)
+	var sec securityFlags
+	fs.StringVar(&sec.keyFile, "key-file", "", "file holding the pre-shared key the agents were given: the coordinator proves it holds it before an agent takes a plan (and the agents use it for their data connections)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("coordinate: unexpected arguments %q", fs.Args())
+	}
+	key, err := sec.key()
+	if err != nil {
+		return err
 	}
 	if *scenario != "transport" {
 		return fmt.Errorf("coordinate: unknown scenario %q (want transport)", *scenario)
@@ -523,6 +535,7 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	cfg := coordConfig{
 		topology: *topology, tc: tc, messages: *messages,
 		startDelay: *startDelay, heartbeatTimeout: *hbTimeout, connectTimeout: *connectTimeout,
+		key: key,
 	}
 	for _, a := range strings.Split(*agents, ",") {
 		if a = strings.TrimSpace(a); a != "" {

@@ -389,24 +389,41 @@ func (s *securityFlags) args() []string {
 	return a
 }
 
+// key reads the pre-shared key, or returns nil without --key-file. The
+// caller owns the slice and should clear it when done. Errors name the file,
+// never its contents.
+func (s *securityFlags) key() ([]byte, error) {
+	if s.keyFile == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(s.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--key-file: %w", err)
+	}
+	key := bytes.TrimSpace(raw)
+	switch {
+	case len(key) == 0:
+		return nil, fmt.Errorf("--key-file %s is empty", s.keyFile)
+	case len(key) < minKeyLen:
+		clear(raw)
+		return nil, fmt.Errorf("--key-file %s holds %d bytes, at least %d are needed", s.keyFile, len(key), minKeyLen)
+	}
+	out := append([]byte(nil), key...)
+	clear(raw)
+	return out, nil
+}
+
 // options reads the key file and builds the transport options. Errors name
 // the file, never its contents.
 func (s *securityFlags) options() ([]transport.Option, error) {
 	var opts []transport.Option
-	if s.keyFile != "" {
-		raw, err := os.ReadFile(s.keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--key-file: %w", err)
-		}
-		key := bytes.TrimSpace(raw)
-		switch {
-		case len(key) == 0:
-			return nil, fmt.Errorf("--key-file %s is empty", s.keyFile)
-		case len(key) < minKeyLen:
-			return nil, fmt.Errorf("--key-file %s holds %d bytes, at least %d are needed", s.keyFile, len(key), minKeyLen)
-		}
+	key, err := s.key()
+	if err != nil {
+		return nil, err
+	}
+	if key != nil {
 		opts = append(opts, transport.WithKey(key))
-		clear(raw)
+		clear(key)
 	}
 	if s.tls {
 		if s.keyFile == "" {
