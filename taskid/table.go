@@ -64,9 +64,10 @@ func NewTable(max int) *Table {
 // Len is the number of open channels.
 func (t *Table) Len() int { return t.open }
 
-// Assign returns the number of ch, giving it the lowest free number if it has
-// none yet. isNew reports whether the number was just assigned, that is
-// whether the caller must send an OPEN frame.
+// Assign returns the number of ch, giving it a free number (the one freed
+// last, or the next unused one) if it has none yet. isNew reports whether
+// the number was just assigned, that is whether the caller must send an
+// OPEN frame.
 func (t *Table) Assign(ch Channel) (num uint32, isNew bool, err error) {
 	if n, ok := t.byChan[ch]; ok {
 		return n, false, nil
