@@ -44,9 +44,10 @@ type shard struct {
 }
 
 // NewRecorder returns an empty Recorder with twice as many shards as
-// GOMAXPROCS, rounded up to a power of two.
+// GOMAXPROCS, rounded up to a power of two, and at most 256 (so that shard
+// indexes box without allocating).
 func NewRecorder() *Recorder {
-	n := 1 << bits.Len(uint(2*runtime.GOMAXPROCS(0)-1))
+	n := min(256, 1<<bits.Len(uint(2*runtime.GOMAXPROCS(0)-1)))
 	r := &Recorder{shards: make([]shard, n), mask: uint32(n - 1)}
 	for i := range r.shards {
 		r.shards[i].mu.h = newHistogram()
