@@ -53,7 +53,11 @@ type testAgent struct {
 }
 
 // startAgent runs an agent on a loopback port until the test ends.
-func startAgent(t *testing.T) *testAgent {
+func startAgent(t *testing.T) *testAgent { return startAgentWith(t, nil) }
+
+// startAgentWith is startAgent with setup applied to the agent before it
+// serves.
+func startAgentWith(t *testing.T, setup func(*agent)) *testAgent {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -61,6 +65,9 @@ func startAgent(t *testing.T) *testAgent {
 	}
 	log := &syncBuffer{}
 	a := newAgent(ln, "", log)
+	if setup != nil {
+		setup(a)
+	}
 	served := make(chan error, 1)
 	go func() { served <- a.serve(context.Background()) }()
 	t.Cleanup(func() {

@@ -12,10 +12,10 @@ import (
 func TestAgentsWithAKeyTakePlansOnlyFromACoordinatorThatHoldsIt(t *testing.T) {
 	key := bytes.Repeat([]byte("k"), 32)
 	keyed := func() *testAgent {
-		a := startAgent(t)
-		a.key = key
-		a.opts = []transport.Option{transport.WithKey(key)}
-		return a
+		return startAgentWith(t, func(a *agent) {
+			a.key = key
+			a.opts = []transport.Option{transport.WithKey(key)}
+		})
 	}
 	cases := []struct {
 		name   string
