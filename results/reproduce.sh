@@ -16,6 +16,8 @@ go test -run '^$' -bench 'PlainTCPIdealBatching|Transport1Channel$|Transport1Cha
 for size in 16 100 1024; do
 	$lg run --scenario transport --size $size --duration 10s --out $out/transport-max-$size --json > /dev/null
 done
+# Sweep: message size x channel count.
+$lg sweep --sizes 16,100,1024 --channel-counts 1,100,10000 --duration 5s --out $out/sweep > /dev/null
 # Latency at fixed rates (no coordinated omission).
 for rate in 10000 100000; do
 	$lg run --scenario transport --size 100 --rate $rate --duration 10s --out $out/transport-rate-$rate --json > /dev/null

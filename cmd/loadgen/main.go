@@ -4,6 +4,7 @@
 //
 //	loadgen                      run the default scenario (the exactly-once pipeline) for about 10 s
 //	loadgen run [flags]          run a scenario: pipeline, transport or wordcount
+//	loadgen sweep [flags]        the transport scenario over message sizes and channel counts
 //	loadgen serve [flags]        receive from loadgen send, until interrupted
 //	loadgen send [flags]         send to a loadgen serve and wait until it confirms everything
 //	loadgen agent [flags]        run parts of a scenario for loadgen coordinate
@@ -28,6 +29,7 @@ const usage = `loadgen measures Sluice.
 Usage:
   loadgen                 run the default scenario (pipeline) for about 10 seconds
   loadgen run   [flags]   run a scenario: pipeline (default), transport or wordcount
+  loadgen sweep [flags]   the transport scenario over message sizes and channel counts, charted
   loadgen serve [flags]   receive from 'loadgen send' until interrupted
   loadgen send  [flags]   send to a 'loadgen serve' and wait until it confirms everything
   loadgen agent [flags]   run parts of a scenario for a 'loadgen coordinate' on another host
@@ -74,6 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runCmd(ctx, args[1:], stdout, stderr)
 	case "serve":
 		return serveCmd(ctx, args[1:], stdout, stderr)
+	case "sweep":
+		return sweepCmd(ctx, args[1:], stdout, stderr)
 	case "send":
 		return sendCmd(ctx, args[1:], stdout, stderr)
 	case "node":

@@ -65,7 +65,7 @@ func (c *transportConfig) validate() error {
 
 func (c *transportConfig) asMap() map[string]any {
 	return map[string]any{
-		"size": c.size, "duration": c.duration.String(), "rate": c.rate, "channels": c.channels,
+		"size": c.size, bench.ConfigMsgSize: c.size, "duration": c.duration.String(), "rate": c.rate, "channels": c.channels,
 		"connections": c.connections, "faults": c.faults, "seed": c.seed, "consume_rate": c.consumeRate,
 	}
 }

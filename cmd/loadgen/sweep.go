@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/bench"
+)
+
+// sweepCmd runs the transport scenario for every pair of message size and
+// channel count and charts throughput against size, one line per channel
+// count.
+func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("sweep", "Runs the transport scenario for every combination of --sizes and --channel-counts\n"+
+		"and writes sweep.json, sweep.md and sweep.svg (throughput against message size,\n"+
+		"one line per channel count), with each run's report beside them.", stderr)
+	sizes := fs.String("sizes", "16,100,1024", "message sizes in bytes, comma-separated (each at least 16)")
+	counts := fs.String("channel-counts", "1,100,10000", "channel counts, comma-separated")
+	var out outputFlags
+	out.register(fs)
+	var tc transportConfig
+	tc.register(fs)
+	if err := fs.Set("duration", "5s"); err != nil {
+		return err
+	}
+	if err := fs.Set("out", filepath.Join("results", "local", "sweep")); err != nil {
+		return err
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("sweep: unexpected arguments %q", fs.Args())
+	}
+	sz, err := intList("--sizes", *sizes)
+	if err != nil {
+		return err
+	}
+	ch, err := intList("--channel-counts", *counts)
+	if err != nil {
+		return err
+	}
+	sw := bench.NewSweepReport("transport")
+	for _, c := range ch {
+		for _, s := range sz {
+			run := tc
+			run.size, run.channels = s, c
+			if err := run.validate(); err != nil {
+				return err
+			}
+			fmt.Fprintf(stderr, "loadgen sweep: %d-byte messages, %d channel(s), %s\n", s, c, run.duration)
+			r, rec, err := runTransport(ctx, run, stdout, stderr)
+			if err != nil {
+				return fmt.Errorf("sweep: %d bytes, %d channels: %w", s, c, err)
+			}
+			dir := filepath.Join(out.out, fmt.Sprintf("size%d-ch%d", s, c))
+			if err := bench.WriteDir(dir, r, rec); err != nil {
+				return err
+			}
+			sw.Reports = append(sw.Reports, r)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+	if err := bench.WriteSweepDir(out.out, sw); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout)
+	if err := bench.WriteSweepMarkdown(stdout, sw); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nSweep files: %s\n", out.out)
+	failed := 0
+	for _, r := range sw.Reports {
+		if r.ExactlyOnce != nil && !*r.ExactlyOnce {
+			failed++
+		}
+	}
+	if out.json {
+		b, err := json.Marshal(sw)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, string(b))
+	}
+	if failed > 0 {
+		return fmt.Errorf("%w: %d of %d runs did not deliver every message exactly once", errFailed, failed, len(sw.Reports))
+	}
+	return nil
+}
+
+func intList(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%s: %q is not a positive whole number", flag, f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s is empty", flag)
+	}
+	return out, nil
+}
