@@ -1,0 +1,50 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSweepRunsEveryCombinationAndChartsIt(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := sweepCmd(context.Background(), []string{"--sizes", "16,64", "--channel-counts", "1,3",
+		"--duration", "200ms", "--out", dir}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("sweep: %v\n%s", err, stderr.String())
+	}
+	for _, sub := range []string{"size16-ch1", "size64-ch1", "size16-ch3", "size64-ch3"} {
+		if _, err := os.Stat(filepath.Join(dir, sub, "report.json")); err != nil {
+			t.Errorf("no report for %s: %v", sub, err)
+		}
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "sweep.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xml.Unmarshal(svg, new(struct{})); err != nil {
+		t.Errorf("sweep.svg is not XML: %v", err)
+	}
+	if md := stdout.String(); strings.Count(md, "| 0 | 0 |") != 4 {
+		t.Errorf("the summary does not show four runs with nothing lost or repeated:\n%s", md)
+	}
+}
+
+func TestSweepRefusesBadLists(t *testing.T) {
+	for _, args := range [][]string{
+		{"--sizes", "16,x"},
+		{"--sizes", ""},
+		{"--channel-counts", "0"},
+		{"--sizes", "8"}, // below the 16 bytes a loadgen payload needs
+	} {
+		err := sweepCmd(context.Background(), append(args, "--duration", "100ms", "--out", t.TempDir()), &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil {
+			t.Errorf("sweep %v succeeded", args)
+		}
+	}
+}
