@@ -14,16 +14,24 @@ import (
 )
 
 // TestWordCountSurvivesSIGKILLedProcesses runs word count in three real
-// processes while one of them is SIGKILLed every few hundred milliseconds,
+// processes while one of them is SIGKILLed every 700 ms,
 // and checks that its output equals a run in one process without faults.
+// Kills come far enough apart that recovery (tens of milliseconds here)
+// outpaces them even on a loaded machine.
 func TestWordCountSurvivesSIGKILLedProcesses(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs three worker processes (about 15 s)")
+		t.Skip("skipping in -short mode: builds loadgen and runs three worker processes (about 20 s)")
+	}
+	if raceEnabled {
+		// The workers are not built with the race detector, so it checks
+		// nothing here, and under its load recovery can fall behind the
+		// kills: the job would never finish.
+		t.Skip("skipping under the race detector: it does not instrument the worker processes")
 	}
 	bin := buildLoadgen(t)
 	dir := t.TempDir()
 	input := filepath.Join(dir, "input.txt")
-	writeWords(t, input, 3_000_000, 7)
+	writeWords(t, input, 6_000_000, 7)
 
 	run := func(name string, args ...string) map[string]any {
 		t.Helper()
@@ -46,7 +54,7 @@ func TestWordCountSurvivesSIGKILLedProcesses(t *testing.T) {
 		return r
 	}
 	run("clean")
-	r := run("killed", "--nodes", "3", "--faults", "kill=300ms", "--seed", "11")
+	r := run("killed", "--nodes", "3", "--faults", "kill=700ms", "--seed", "11")
 
 	clean, err := os.ReadFile(filepath.Join(dir, "clean.tsv"))
 	if err != nil {
