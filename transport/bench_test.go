@@ -92,28 +92,19 @@ func BenchmarkPlainTCPIdealBatching(b *testing.B) {
 // closed when the benchmark ends.
 func benchPair(b *testing.B, channels int, rxOpts, txOpts []Option) (tx, rx *Node, p *Peer, senders []*Sender, delivered *atomic.Int64) {
 	b.Helper()
-	rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0")}, rxOpts...)...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(rx.Abort)
-	tx, err = NewNode(txOpts...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(tx.Abort)
+	rx, tx, p = newPair(b, rxOpts, txOpts)
 	delivered = new(atomic.Int64)
 	rx.HandleAll(func(taskid.ID) Handler {
 		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) { delivered.Add(int64(len(msgs))) }
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, _ = tx.Peer(rx.Addr())
 	if err := p.WaitConnected(ctx); err != nil {
 		b.Fatal(err)
 	}
 	senders = make([]*Sender, channels)
 	for i := range senders {
+		var err error
 		if senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)}); err != nil {
 			b.Fatal(err)
 		}

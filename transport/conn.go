@@ -63,15 +63,16 @@ type conn struct {
 		dbuf  []byte // decompressed DATA body
 	}
 	out struct {
-		policy *batch.Policy
-		comp   *batch.Compressor
-		ctrl   []byte // control frames queued before this batch
-		opens  []byte
-		data   []byte
-		cdata  []byte // compressed DATA frame
-		reqs   []byte
-		iov    [][]byte
-		inj    *injector
+		policy  *batch.Policy
+		comp    *batch.Compressor
+		ctrl    []byte // control frames queued before this batch
+		opens   []byte
+		data    []byte
+		cdata   []byte // compressed DATA frame
+		reqs    []byte
+		iov     [][]byte
+		requeue []*channel // channels with more to send after this batch
+		inj     *injector
 	}
 
 	// inbound payload bytes not yet consumed by their target tasks
@@ -547,7 +548,7 @@ func (c *conn) writeBatch(now int64, cause batch.Cause) int {
 	o.data, start = wire.BeginFrame(o.data[:0], wire.FrameData, 0)
 	empty := len(o.data)
 	limit := start + wire.HeaderLen + c.node.o.batch.MaxBatchBytes
-	var requeue []*channel
+	requeue := o.requeue[:0]
 	var msgs int
 	for len(o.data) < limit {
 		ch := c.popReady()
@@ -563,14 +564,15 @@ func (c *conn) writeBatch(now int64, cause batch.Cause) int {
 			break
 		}
 	}
-	if len(requeue) > 0 {
-		c.mu.Lock()
-		c.mu.ready = append(c.mu.ready, requeue...)
-		c.mu.Unlock()
-	}
-	if c.queueEmpty() {
+	c.mu.Lock()
+	c.mu.ready = append(c.mu.ready, requeue...)
+	drained := c.mu.readyHead == len(c.mu.ready)
+	c.mu.Unlock()
+	if drained {
 		c.pending.Store(0)
 	}
+	clear(requeue)
+	o.requeue = requeue[:0]
 
 	iov := o.iov[:0]
 	if len(o.ctrl) > 0 {
@@ -616,12 +618,6 @@ func (c *conn) writeBatch(now int64, cause batch.Cause) int {
 	c.stats.batches.Add(1)
 	c.stats.flushes[cause].Add(1)
 	return total
-}
-
-func (c *conn) queueEmpty() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.mu.readyHead == len(c.mu.ready)
 }
 
 // close records why the connection ends and detaches it; the caller makes

@@ -88,16 +88,7 @@ func BenchmarkTransportFixedRate100k(b *testing.B) {
 }
 
 func benchFixedRate(b *testing.B, rate float64, txOpts []Option) {
-	rx, err := NewNode(WithListen("127.0.0.1:0"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rx.Abort()
-	tx, err := NewNode(txOpts...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tx.Abort()
+	rx, _, p := newPair(b, nil, txOpts)
 	lat := make([]time.Duration, 0, b.N)
 	done := make(chan struct{})
 	n := b.N
@@ -112,7 +103,6 @@ func benchFixedRate(b *testing.B, rate float64, txOpts []Option) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, _ := tx.Peer(rx.Addr())
 	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
 	if err != nil {
 		b.Fatal(err)

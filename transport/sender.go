@@ -114,9 +114,6 @@ func (s *Sender) Send(ctx context.Context, ts int64, payload []byte) error {
 func (s *Sender) TrySend(ts int64, payload []byte) error { return s.ch.push(ts, payload) }
 
 func (ch *channel) push(ts int64, payload []byte) error {
-	if max := ch.peer.node.o.window.MaxBytes; len(payload) > max {
-		return fmt.Errorf("%w: %d bytes, the window holds %d", ErrTooLarge, len(payload), max)
-	}
 	ch.mu.Lock()
 	err := ch.pushLocked(ts, payload)
 	ch.mu.Unlock()
@@ -129,6 +126,9 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 	if ch.mu.closed {
 		return ch.closedErr()
 	}
+	if max := ch.peer.node.o.window.MaxBytes; len(payload) > max {
+		return fmt.Errorf("%w: %d bytes, the window holds %d", ErrTooLarge, len(payload), max)
+	}
 	size := int64(len(payload))
 	if ch.mu.reserve < size && !ch.reserveLocked(size) {
 		return ErrNoCredit
@@ -137,8 +137,6 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 		switch {
 		case errors.Is(err, window.ErrNoCredit):
 			return ErrNoCredit
-		case errors.Is(err, window.ErrTooLarge):
-			return errors.Join(ErrTooLarge, err)
 		}
 		return err
 	}
@@ -208,13 +206,9 @@ func (s *Sender) SendRun(ctx context.Context, msgs []wire.Message) (int, error) 
 // stopped early, as TrySend's does.
 func (s *Sender) TrySendRun(msgs []wire.Message) (int, error) {
 	ch := s.ch
-	max := ch.peer.node.o.window.MaxBytes
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	for i, m := range msgs {
-		if len(m.Payload) > max {
-			return i, fmt.Errorf("%w: %d bytes, the window holds %d", ErrTooLarge, len(m.Payload), max)
-		}
 		if err := ch.pushLocked(m.Ts, m.Payload); err != nil {
 			return i, err
 		}

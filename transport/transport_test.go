@@ -61,7 +61,7 @@ func payload(seq uint64, size int) []byte {
 	return b
 }
 
-func newPair(t *testing.T, rxOpts, txOpts []Option) (rx, tx *Node, p *Peer) {
+func newPair(t testing.TB, rxOpts, txOpts []Option) (rx, tx *Node, p *Peer) {
 	t.Helper()
 	rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0")}, rxOpts...)...)
 	if err != nil {
