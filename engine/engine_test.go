@@ -114,9 +114,12 @@ func TestWordCountEqualsReferenceWithoutFaults(t *testing.T) {
 }
 
 func TestWordCountSurvivesCrashes(t *testing.T) {
-	input := writeText(t, 40000, 2)
+	// Crashes come far enough apart that recovery (a few to tens of
+	// milliseconds) outpaces them even on a loaded machine; closer ones
+	// could exhaust the restart policy without a bug.
+	input := writeText(t, 400000, 2)
 	policy := engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
-	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond, CrashEvery: 30 * slow * time.Millisecond, Restart: policy, Seed: 3})
+	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond, CrashEvery: 100 * slow * time.Millisecond, Restart: policy, Seed: 3})
 	sameCounts(t, got, reference(t, input))
 	if res.Recoveries == 0 || res.Crashes == 0 {
 		t.Errorf("recoveries %d crashes %d: the fault was not exercised", res.Recoveries, res.Crashes)
