@@ -40,7 +40,7 @@ type Progress struct {
 		pending       []string // fault kinds marked since the last sample
 		prevT         time.Duration
 		prevDelivered int64
-		prevCounts    []int64 // the recorder's counts at the last sample
+		interval      *hdrhistogram.Histogram // reused for each second's values
 	}
 }
 
@@ -52,10 +52,14 @@ func NewProgress(out io.Writer, delivered *atomic.Int64, rec *Recorder) *Progres
 	if out == nil {
 		out = io.Discard
 	}
-	return &Progress{
+	p := &Progress{
 		out: out, delivered: delivered, rec: rec, interval: time.Second,
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	if rec != nil {
+		p.mu.interval = newHistogram()
+	}
+	return p
 }
 
 // Start marks the start of the run and begins printing once a second, on its
@@ -70,7 +74,7 @@ func (p *Progress) Start() {
 	p.mu.start = time.Now()
 	p.mu.prevDelivered = p.delivered.Load()
 	if p.rec != nil {
-		p.mu.prevCounts = p.rec.Snapshot().Export().Counts
+		p.rec.takeInterval(p.mu.interval) // values from before the start are not in the first second
 	}
 	start := p.mu.start
 	p.mu.Unlock()
@@ -138,52 +142,23 @@ func (p *Progress) Events() []Event {
 // prints its line.
 func (p *Progress) sample(t time.Duration) {
 	delivered := p.delivered.Load()
-	var cur []int64
-	if p.rec != nil {
-		cur = p.rec.Snapshot().Export().Counts
-	}
 
 	p.mu.Lock()
 	s := Sample{T: t.Seconds(), Delivered: delivered, Faults: p.mu.pending}
 	if dt := (t - p.mu.prevT).Seconds(); dt > 0 {
 		s.MsgsPerS = float64(delivered-p.mu.prevDelivered) / dt
 	}
-	if cur != nil {
-		s.P99US = intervalP99US(cur, p.mu.prevCounts)
+	if p.rec != nil {
+		p.rec.takeInterval(p.mu.interval)
+		if p.mu.interval.TotalCount() > 0 {
+			s.P99US = nsToUS(p.mu.interval.ValueAtQuantile(99))
+		}
 	}
 	p.mu.pending = nil
-	p.mu.prevT, p.mu.prevDelivered, p.mu.prevCounts = t, delivered, cur
+	p.mu.prevT, p.mu.prevDelivered = t, delivered
 	p.mu.samples = append(p.mu.samples, s)
 	p.mu.Unlock()
 
 	fmt.Fprintf(p.out, "t=%ds  rate %s msgs/s  p99 %s  delivered %s\n",
 		int64(t.Round(time.Second)/time.Second), si(s.MsgsPerS), duration(s.P99US), grouped(delivered))
-}
-
-// intervalP99US returns the p99, in microseconds, of the values recorded
-// between two snapshots of a Recorder's counts.
-func intervalP99US(cur, prev []int64) float64 {
-	diff := make([]int64, len(cur))
-	var total int64
-	for i, c := range cur {
-		d := c
-		if i < len(prev) {
-			d -= prev[i]
-		}
-		if d < 0 {
-			d = 0 // the recorder was reset in between
-		}
-		diff[i] = d
-		total += d
-	}
-	if total == 0 {
-		return 0
-	}
-	h := hdrhistogram.Import(&hdrhistogram.Snapshot{
-		LowestTrackableValue:  LowestNS,
-		HighestTrackableValue: HighestNS,
-		SignificantFigures:    SignificantFigures,
-		Counts:                diff,
-	})
-	return nsToUS(h.ValueAtQuantile(99))
 }

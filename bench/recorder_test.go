@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"runtime"
 	"sync"
 	"testing"
 )
@@ -130,4 +131,55 @@ func BenchmarkMutexHistogramRecordParallel(b *testing.B) {
 			v = (v*7 + 13) & 0xfffff
 		}
 	})
+}
+
+// takeInterval hands out each interval's values once, while the totals keep
+// everything, and it does so without garbage: a progress line a second must
+// not make a long run's memory creep.
+func TestTakeIntervalSplitsByIntervalKeepsTotalsAndAllocatesNothing(t *testing.T) {
+	r := NewRecorder()
+	iv := newHistogram()
+	for i := range 100 {
+		r.Record(int64(1000 + i))
+	}
+	r.takeInterval(iv)
+	if got := iv.TotalCount(); got != 100 {
+		t.Fatalf("first interval holds %d values, want 100", got)
+	}
+	r.RecordN(5_000_000, 10)
+	r.takeInterval(iv)
+	if got := iv.TotalCount(); got != 10 {
+		t.Fatalf("second interval holds %d values, want 10", got)
+	}
+	if v := iv.ValueAtQuantile(99); !iv.ValuesAreEquivalent(v, 5_000_000) {
+		t.Fatalf("second interval's p99 is %d ns, want 5 ms", v)
+	}
+	if got := r.Count(); got != 110 {
+		t.Fatalf("Count after two intervals is %d, want 110", got)
+	}
+	r.Record(7)
+	if got := r.Snapshot().TotalCount(); got != 111 {
+		t.Fatalf("Snapshot holds %d values, want 111 (taken intervals and the current one)", got)
+	}
+	if max := r.Snapshot().Max(); !iv.ValuesAreEquivalent(max, 5_000_000) {
+		t.Fatalf("Snapshot's max is %d, want 5 ms from a taken interval", max)
+	}
+	r.Reset()
+	if got := r.Count(); got != 0 {
+		t.Fatalf("Count after Reset is %d, want 0", got)
+	}
+	// The iterator Merge uses may cost an object; the counts must not.
+	if a := testing.AllocsPerRun(20, func() { r.Record(1); r.takeInterval(iv) }); a > float64(2*len(r.shards)) {
+		t.Fatalf("takeInterval allocates %.0f objects a call", a)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 20 {
+		r.Record(1)
+		r.takeInterval(iv)
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<10 {
+		t.Fatalf("20 intervals allocated %d bytes; a histogram copy is ~300 KB", grew)
+	}
 }

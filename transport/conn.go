@@ -366,19 +366,25 @@ func (c *conn) unexpected(t wire.FrameType) error {
 }
 
 func (c *conn) inChan(num uint32) (*inChan, error) {
-	if int(num) < len(c.in.byNum) {
-		if ic := c.in.byNum[num]; ic != nil {
-			return ic, nil
-		}
+	if ic := c.openIn(num); ic != nil {
+		return ic, nil
 	}
 	return nil, fmt.Errorf("%w: %d", wire.ErrUnknownChannel, num)
 }
 
+// openIn returns the inbound channel open under num, or nil.
+func (c *conn) openIn(num uint32) *inChan {
+	if int(num) < len(c.in.byNum) {
+		return c.in.byNum[num]
+	}
+	return nil
+}
+
 func (c *conn) onOpen(o wire.Open) error {
 	key := taskid.Channel{Source: o.Source, Target: o.Target, Epoch: o.Epoch}
-	if cur, err := c.in.table.Lookup(o.Channel); err == nil && cur == key {
+	if ic := c.openIn(o.Channel); ic != nil && ic.key == key {
 		// A duplicated OPEN: the channel is open already; answer again.
-		c.in.byNum[o.Channel].rs.onOpen(c, o, c.in.byNum[o.Channel])
+		ic.rs.onOpen(c, o, ic)
 		return nil
 	}
 	if err := c.in.table.Bind(o.Channel, key); err != nil {

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"container/heap"
 	"context"
 	"sync"
 	"time"
@@ -52,17 +51,49 @@ type deadline struct {
 	ch *channel
 }
 
+// deadlineHeap is a binary min-heap of deadlines by time. It is typed,
+// not container/heap, because boxing each deadline in an interface would
+// allocate on every push and pop: with many channels that is garbage at the
+// rate their timers fire.
 type deadlineHeap []deadline
 
-func (h deadlineHeap) Len() int           { return len(h) }
-func (h deadlineHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h deadlineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *deadlineHeap) Push(x any)        { *h = append(*h, x.(deadline)) }
-func (h *deadlineHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+func (h *deadlineHeap) push(d deadline) {
+	*h = append(*h, d)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if q[parent].at <= q[i].at {
+			break
+		}
+		q[parent], q[i] = q[i], q[parent]
+		i = parent
+	}
+}
+
+// pop removes and returns the earliest deadline; the heap must not be empty.
+func (h *deadlineHeap) pop() deadline {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = deadline{} // drop the channel pointer
+	q = q[:last]
+	for i := 0; ; {
+		l, small := 2*i+1, i
+		if l < len(q) && q[l].at < q[small].at {
+			small = l
+		}
+		if r := l + 1; r < len(q) && q[r].at < q[small].at {
+			small = r
+		}
+		if small == i {
+			break
+		}
+		q[i], q[small] = q[small], q[i]
+		i = small
+	}
+	*h = q
+	return top
 }
 
 func (t *timers) poke() {
@@ -80,7 +111,7 @@ func (t *timers) wakeChannel(ch *channel, at int64) {
 		return
 	}
 	first := len(t.mu.chans) == 0 || at < t.mu.chans[0].at
-	heap.Push(&t.mu.chans, deadline{at, ch})
+	t.mu.chans.push(deadline{at, ch})
 	t.mu.Unlock()
 	if first {
 		t.poke()
@@ -141,7 +172,7 @@ func (t *timers) run() {
 		now := t.n.now()
 		t.mu.Lock()
 		for len(t.mu.chans) > 0 && t.mu.chans[0].at <= now {
-			due = append(due, heap.Pop(&t.mu.chans).(deadline).ch)
+			due = append(due, t.mu.chans.pop().ch)
 		}
 		next := nextHouse
 		for c, at := range t.mu.conns {
