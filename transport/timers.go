@@ -28,7 +28,8 @@ type timers struct {
 
 	mu struct {
 		sync.Mutex
-		chans     deadlineHeap
+		chans     *wheel
+		sleepTill int64 // when run will next look, if nothing pokes it
 		conns     map[*conn]int64 // flush again at
 		handshake map[*conn]struct{}
 		closed    bool
@@ -40,6 +41,7 @@ func newTimers(n *Node) *timers {
 	t := &timers{n: n, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	t.mu.conns = make(map[*conn]int64)
 	t.mu.handshake = make(map[*conn]struct{})
+	t.mu.chans = newWheel(n.now())
 	if n.o.faults.Reset > 0 {
 		t.nextReset = int64(n.o.faults.Reset)
 	}
@@ -110,10 +112,13 @@ func (t *timers) wakeChannel(ch *channel, at int64) {
 		t.mu.Unlock()
 		return
 	}
-	first := len(t.mu.chans) == 0 || at < t.mu.chans[0].at
-	t.mu.chans.push(deadline{at, ch})
+	t.mu.chans.add(deadline{at, ch})
+	sooner := at < t.mu.sleepTill
+	if sooner {
+		t.mu.sleepTill = at // one poke is enough
+	}
 	t.mu.Unlock()
-	if first {
+	if sooner {
 		t.poke()
 	}
 }
@@ -171,9 +176,7 @@ func (t *timers) run() {
 	for {
 		now := t.n.now()
 		t.mu.Lock()
-		for len(t.mu.chans) > 0 && t.mu.chans[0].at <= now {
-			due = append(due, t.mu.chans.pop().ch)
-		}
+		due = t.mu.chans.expire(now, due)
 		next := nextHouse
 		for c, at := range t.mu.conns {
 			if at <= now {
@@ -183,9 +186,10 @@ func (t *timers) run() {
 				next = min(next, at)
 			}
 		}
-		if len(t.mu.chans) > 0 {
-			next = min(next, t.mu.chans[0].at)
+		if at, ok := t.mu.chans.next(); ok {
+			next = min(next, at)
 		}
+		t.mu.sleepTill = next
 		t.mu.Unlock()
 
 		for i, ch := range due {

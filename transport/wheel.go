@@ -1,0 +1,101 @@
+package transport
+
+import "math/bits"
+
+// The node's channel deadlines (quiet-channel AckRequests, repeats of
+// unanswered ones) live in a hashed timing wheel: with ten thousand channels
+// a deadline expires for nearly every message sent, and a binary heap of
+// that size costs a dozen cache misses per expiry where the wheel costs one
+// append and one read. Deadlines are kept to the slot, never early: a slot
+// expires once the clock has passed its end, so a deadline fires at most a
+// slot late (the timer goroutine's own wake-up is coarser than that).
+const (
+	wheelShift = 16 // a slot is 2^16 ns, about 65.5 µs
+	wheelSlots = 4096
+	wheelMask  = wheelSlots - 1 // the wheel spans about 268 ms; later deadlines wait in far
+)
+
+type wheel struct {
+	cur   int64 // the slot tick (time >> wheelShift) collected next
+	n     int   // deadlines in slots
+	slots [wheelSlots][]deadline
+	busy  [wheelSlots / 64]uint64 // bit i: slots[i] is not empty
+	far   deadlineHeap            // deadlines beyond the span, earliest first
+}
+
+// newWheel returns an empty wheel whose clock starts at now.
+func newWheel(now int64) *wheel { return &wheel{cur: now >> wheelShift} }
+
+// add files d in the slot of its time. An overdue d goes in the current slot
+// and expires at the next look.
+func (w *wheel) add(d deadline) {
+	t := max(d.at>>wheelShift, w.cur)
+	if t-w.cur >= wheelSlots {
+		w.far.push(d)
+		return
+	}
+	i := t & wheelMask
+	w.slots[i] = append(w.slots[i], d)
+	w.busy[i>>6] |= 1 << (i & 63)
+	w.n++
+}
+
+// expire appends to due the channel of every deadline whose slot ended at or
+// before now, and returns due.
+func (w *wheel) expire(now int64, due []*channel) []*channel {
+	end := now >> wheelShift // every slot tick below end has ended
+	for w.cur < end {
+		if w.n == 0 {
+			// Nothing in the slots: jump to the end, or to the first far
+			// deadline, whichever is sooner.
+			next := end
+			if len(w.far) > 0 {
+				next = min(next, w.far[0].at>>wheelShift)
+			}
+			w.cur = max(w.cur, next)
+		} else {
+			i := w.cur & wheelMask
+			if s := w.slots[i]; len(s) > 0 {
+				for j := range s {
+					due = append(due, s[j].ch)
+					s[j] = deadline{}
+				}
+				w.n -= len(s)
+				w.slots[i] = s[:0]
+				w.busy[i>>6] &^= 1 << (i & 63)
+			}
+			w.cur++
+		}
+		// Far deadlines that the wheel now spans move into their slots.
+		for len(w.far) > 0 && w.far[0].at>>wheelShift-w.cur < wheelSlots {
+			w.add(w.far.pop())
+		}
+	}
+	return due
+}
+
+// next returns the time at which the earliest deadline's slot ends, and
+// false when the wheel is empty.
+func (w *wheel) next() (int64, bool) {
+	if w.n > 0 {
+		// The first busy slot at or after cur, going round once.
+		start := int(w.cur & wheelMask)
+		for k := 0; k <= wheelSlots/64; k++ {
+			word := (start>>6 + k) % (wheelSlots / 64)
+			b := w.busy[word]
+			if k == 0 {
+				b &^= 1<<(start&63) - 1 // slots before start in the first word come last
+			}
+			if b == 0 {
+				continue
+			}
+			i := word<<6 + bits.TrailingZeros64(b)
+			t := w.cur + int64((i-start+wheelSlots)&wheelMask)
+			return (t + 1) << wheelShift, true
+		}
+	}
+	if len(w.far) > 0 {
+		return (w.far[0].at>>wheelShift + 1) << wheelShift, true
+	}
+	return 0, false
+}
