@@ -29,7 +29,7 @@ type timers struct {
 	mu struct {
 		sync.Mutex
 		chans     *wheel
-		sleepTill int64 // when run will next look, if nothing pokes it
+		sleepTill int64           // when run will next look, if nothing pokes it
 		conns     map[*conn]int64 // flush again at
 		handshake map[*conn]struct{}
 		closed    bool
