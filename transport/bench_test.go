@@ -88,15 +88,27 @@ func BenchmarkPlainTCPIdealBatching(b *testing.B) {
 }
 
 // benchPair starts a receiving and a sending node, counts what the receiver
-// delivers, and opens channels senders from (0, i) to (1, i). The nodes are
-// closed when the benchmark ends.
+// delivers, and opens channels senders from (0, i) to (1, i). The receiving
+// tasks count on the connection's loop (HandleAllInline), as the plain-TCP
+// baseline's reader parses on its own; the *Goroutine benchmarks hand every
+// run to the target's goroutine instead (HandleAll), as an engine whose
+// tasks may block does. The nodes are closed when the benchmark ends.
 func benchPair(b *testing.B, channels int, rxOpts, txOpts []Option) (tx, rx *Node, p *Peer, senders []*Sender, delivered *atomic.Int64) {
+	return benchPairDelivery(b, channels, true, rxOpts, txOpts)
+}
+
+func benchPairDelivery(b *testing.B, channels int, inline bool, rxOpts, txOpts []Option) (tx, rx *Node, p *Peer, senders []*Sender, delivered *atomic.Int64) {
 	b.Helper()
 	rx, tx, p = newPair(b, rxOpts, txOpts)
 	delivered = new(atomic.Int64)
-	rx.HandleAll(func(taskid.ID) Handler {
+	count := func(taskid.ID) Handler {
 		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) { delivered.Add(int64(len(msgs))) }
-	})
+	}
+	if inline {
+		rx.HandleAllInline(count)
+	} else {
+		rx.HandleAll(count)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := p.WaitConnected(ctx); err != nil {
@@ -113,7 +125,11 @@ func benchPair(b *testing.B, channels int, rxOpts, txOpts []Option) (tx, rx *Nod
 }
 
 func benchTransport(b *testing.B, channels int, rxOpts, txOpts []Option) {
-	tx, rx, _, senders, delivered := benchPair(b, channels, rxOpts, txOpts)
+	benchTransportDelivery(b, channels, true, rxOpts, txOpts)
+}
+
+func benchTransportDelivery(b *testing.B, channels int, inline bool, rxOpts, txOpts []Option) {
+	tx, rx, _, senders, delivered := benchPairDelivery(b, channels, inline, rxOpts, txOpts)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	msg := make([]byte, benchSize)
@@ -161,6 +177,10 @@ func benchTransport(b *testing.B, channels int, rxOpts, txOpts []Option) {
 
 func BenchmarkTransport1Channel(b *testing.B) { benchTransport(b, 1, nil, nil) }
 
+// BenchmarkTransport1ChannelGoroutine delivers to the target task's own
+// goroutine (Node.HandleAll), the path of a task that may block.
+func BenchmarkTransport1ChannelGoroutine(b *testing.B) { benchTransportDelivery(b, 1, false, nil, nil) }
+
 // BenchmarkTransport1ChannelNetBackend is BenchmarkTransport1Channel on the
 // net-package backend: its ratio to it is the cost of goroutines and
 // synchronous writes instead of gnet's event loops.
@@ -182,6 +202,10 @@ func BenchmarkTransport100Channels(b *testing.B) { benchTransport(b, 100, nil, n
 
 func BenchmarkTransport10000Channels(b *testing.B) { benchTransport(b, 10000, nil, nil) }
 
+func BenchmarkTransport10000ChannelsGoroutine(b *testing.B) {
+	benchTransportDelivery(b, 10000, false, nil, nil)
+}
+
 // BenchmarkTransportLooseWindow makes flow control all but absent: a window
 // of a million messages, requests rarely. Its ratio to
 // BenchmarkTransport1Channel is the cost of flow control.
@@ -198,7 +222,7 @@ func BenchmarkTransportDataLoss5(b *testing.B) {
 }
 
 func BenchmarkTransportWindowSweep(b *testing.B) {
-	for _, w := range []struct{ msgs, bytes int }{{1024, 256 << 10}, {4096, 1 << 20}, {8192, 1 << 20}, {16384, 2 << 20}} {
+	for _, w := range []struct{ msgs, bytes int }{{1024, 256 << 10}, {2048, 512 << 10}, {4096, 1 << 20}, {8192, 2 << 20}, {16384, 4 << 20}} {
 		b.Run(fmt.Sprintf("%d-%dKiB", w.msgs, w.bytes>>10), func(b *testing.B) {
 			c := window.DefaultConfig()
 			c.MaxMessages, c.MaxBytes = w.msgs, w.bytes

@@ -84,15 +84,21 @@ func reportPercentiles(b *testing.B, d []time.Duration) {
 // intended send time to its delivery (no coordinated omission). b.N is the
 // number of messages.
 func BenchmarkTransportFixedRate100k(b *testing.B) {
-	benchFixedRate(b, 100_000, nil)
+	benchFixedRate(b, 100_000, false, nil)
 }
 
-func benchFixedRate(b *testing.B, rate float64, txOpts []Option) {
+// BenchmarkTransportFixedRate100kInline is BenchmarkTransportFixedRate100k
+// with the receiving task inline (Node.HandleInline): one hand-off fewer.
+func BenchmarkTransportFixedRate100kInline(b *testing.B) {
+	benchFixedRate(b, 100_000, true, nil)
+}
+
+func benchFixedRate(b *testing.B, rate float64, inline bool, txOpts []Option) {
 	rx, _, p := newPair(b, nil, txOpts)
 	lat := make([]time.Duration, 0, b.N)
 	done := make(chan struct{})
 	n := b.N
-	_ = rx.Handle(taskid.ID{Processor: 1}, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+	h := func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
 		now := bench.Now()
 		for _, m := range msgs {
 			lat = append(lat, time.Duration(now-m.Ts))
@@ -100,7 +106,14 @@ func benchFixedRate(b *testing.B, rate float64, txOpts []Option) {
 		if len(lat) == n {
 			close(done)
 		}
-	})
+	}
+	handle := rx.Handle
+	if inline {
+		handle = rx.HandleInline
+	}
+	if err := handle(taskid.ID{Processor: 1}, h); err != nil {
+		b.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})

@@ -57,6 +57,7 @@ type Node struct {
 		closed  bool
 
 		newHandler func(taskid.ID) Handler
+		newInline  bool // newHandler's handlers run inline
 	}
 	// counters of connections already closed, so Stats stays cumulative
 	gone struct {
@@ -277,34 +278,68 @@ func (n *Node) now() int64 { return int64(time.Since(n.start)) }
 // sources wait for credit. Registering a second handler for the same target
 // is an error.
 func (n *Node) Handle(target taskid.ID, h Handler) error {
+	return n.handle(target, h, false)
+}
+
+// HandleInline registers h like [Node.Handle], but h runs on the event
+// loop of the connection the messages arrive on, as they are decoded,
+// instead of on a goroutine of the target's own: no hand-off, no copy of the
+// payloads (they point into the connection's read buffer, valid until h
+// returns), and the messages count as consumed as soon as h returns. That
+// is how a plain TCP reader works, and it is the fastest way in; the price
+// is that h must be quick and must never block: no blocking Send (use
+// TrySend), no I/O, no waiting for other tasks, because while it runs the
+// connection reads nothing else. Calls are still one run at a time per
+// target, in order per channel; runs from several connections are
+// serialized, so they may come from different goroutines. A task whose
+// handler can block (one that emits with Send, or waits for credit) must
+// use Handle.
+func (n *Node) HandleInline(target taskid.ID, h Handler) error {
+	return n.handle(target, h, true)
+}
+
+func (n *Node) handle(target taskid.ID, h Handler, inline bool) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.mu.closed {
 		return ErrClosed
 	}
-	return n.startInboxLocked(n.inboxLocked(target), h)
+	return n.startInboxLocked(n.inboxLocked(target), h, inline)
 }
 
 // HandleAll makes newHandler supply the handler of every target task that
 // has none when its first channel opens, for receivers that do not know
 // their tasks in advance (loadgen serve).
 func (n *Node) HandleAll(newHandler func(target taskid.ID) Handler) {
+	n.handleAll(newHandler, false)
+}
+
+// HandleAllInline is [Node.HandleAll] with handlers that run inline, as
+// [Node.HandleInline] describes.
+func (n *Node) HandleAllInline(newHandler func(target taskid.ID) Handler) {
+	n.handleAll(newHandler, true)
+}
+
+func (n *Node) handleAll(newHandler func(target taskid.ID) Handler, inline bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.mu.newHandler = newHandler
+	n.mu.newHandler, n.mu.newInline = newHandler, inline
 	for target, in := range n.mu.inboxes {
 		in.mu.Lock()
 		has := in.mu.handler != nil
 		in.mu.Unlock()
 		if !has {
-			_ = n.startInboxLocked(in, newHandler(target))
+			_ = n.startInboxLocked(in, newHandler(target), inline)
 		}
 	}
 }
 
-func (n *Node) startInboxLocked(in *inbox, h Handler) error {
+func (n *Node) startInboxLocked(in *inbox, h Handler, inline bool) error {
 	if h == nil {
 		return fmt.Errorf("transport: nil handler for task %v", in.target)
+	}
+	if inline {
+		return in.goInline(h)
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -326,7 +361,7 @@ func (n *Node) inboxLocked(target taskid.ID) *inbox {
 		in = newInbox(target)
 		n.mu.inboxes[target] = in
 		if n.mu.newHandler != nil {
-			_ = n.startInboxLocked(in, n.mu.newHandler(target))
+			_ = n.startInboxLocked(in, n.mu.newHandler(target), n.mu.newInline)
 		}
 	}
 	return in

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/sluicehq/sluice/lossdetect"
@@ -82,9 +83,20 @@ func (rs *recvState) onAckRequest(c *conn, r wire.AckRequest) {
 	rs.answerLocked()
 }
 
-// onRun checks a run's messages and hands the accepted ones to the target's
-// inbox. It runs on c's loop; msgs alias c's read buffer.
+// onRun checks a run's messages and hands the accepted ones to the target:
+// to its inline handler, or copied into its inbox. It runs on c's loop;
+// msgs alias c's read buffer.
 func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []wire.Message) error {
+	in := rs.inbox
+	// Acceptance and hand-off happen under in.order, so that a target that
+	// turns inline meanwhile, or runs arriving on two connections, keep the
+	// order of each channel.
+	in.order.Lock()
+	defer in.order.Unlock()
+	if h := in.inlineH; h != nil {
+		rs.runInline(c, ic, firstSeq, msgs, h)
+		return nil
+	}
 	var size int
 	for i := range msgs {
 		size += len(msgs[i].Payload)
@@ -93,19 +105,11 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []wire.Mes
 	d.rs, d.conn, d.ch = rs, c, ic.key
 	rs.mu.Lock()
 	for i := range msgs {
-		seq := firstSeq + uint64(i)
-		switch rs.mu.r.OnData(ic.key.Epoch, seq) {
-		case lossdetect.Accept:
+		if rs.acceptLocked(c, ic, firstSeq+uint64(i)) {
 			if len(d.msgs) == 0 {
-				d.first = seq
+				d.first = firstSeq + uint64(i)
 			}
 			d.add(msgs[i])
-		case lossdetect.Duplicate:
-			c.stats.dupIn.Add(1)
-		case lossdetect.Gap:
-			c.stats.gapIn.Add(1)
-		case lossdetect.Stale:
-			c.stats.stale.Add(1)
 		}
 	}
 	rs.mu.Unlock()
@@ -118,8 +122,53 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []wire.Mes
 		putDelivery(d)
 		return ErrInboundBudget
 	}
-	rs.inbox.push(d)
+	in.push(d)
 	return nil
+}
+
+// acceptLocked asks the receiver about one message and counts what it
+// refuses.
+func (rs *recvState) acceptLocked(c *conn, ic *inChan, seq uint64) bool {
+	switch rs.mu.r.OnData(ic.key.Epoch, seq) {
+	case lossdetect.Accept:
+		return true
+	case lossdetect.Duplicate:
+		c.stats.dupIn.Add(1)
+	case lossdetect.Gap:
+		c.stats.gapIn.Add(1)
+	case lossdetect.Stale:
+		c.stats.stale.Add(1)
+	}
+	return false
+}
+
+// runInline gives the accepted messages of a run to an inline handler, in
+// place, and counts them consumed when it returns. The receiver accepts
+// only its next sequence number, so the accepted messages of a run are
+// consecutive. The caller holds rs.inbox.order.
+func (rs *recvState) runInline(c *conn, ic *inChan, firstSeq uint64, msgs []wire.Message, h Handler) {
+	lo, n := 0, 0
+	rs.mu.Lock()
+	for i := range msgs {
+		if rs.acceptLocked(c, ic, firstSeq+uint64(i)) {
+			if n == 0 {
+				lo = i
+			}
+			n++
+		}
+	}
+	rs.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	acc := msgs[lo : lo+n]
+	var size int
+	for i := range acc {
+		size += len(acc[i].Payload)
+	}
+	c.stats.bytesIn.Add(uint64(size))
+	h(ic.key, firstSeq+uint64(lo), acc)
+	rs.consumed(ic.key.Epoch, firstSeq+uint64(lo+n))
 }
 
 // consumed is called by the inbox goroutine after the handler returned the
@@ -237,6 +286,12 @@ type inbox struct {
 	wake   chan struct{}
 	stop   chan struct{}
 
+	// order is held while a run is accepted and handed over, and while
+	// the handler turns inline; inlineH, set under it, is the inline
+	// handler (nil: the inbox's goroutine delivers).
+	order   sync.Mutex
+	inlineH Handler
+
 	mu struct {
 		sync.Mutex
 		q       []*delivery
@@ -260,6 +315,35 @@ func (in *inbox) push(d *delivery) {
 	}
 }
 
+// deliver gives d to h and counts its messages consumed.
+func deliver(h Handler, d *delivery) {
+	h(d.ch, d.first, d.msgs)
+	d.conn.inbound.Add(-int64(d.bytes))
+	d.rs.consumed(d.ch.Epoch, d.first+uint64(len(d.msgs)))
+	putDelivery(d)
+}
+
+// goInline makes h the target's inline handler. Runs that arrived before
+// are delivered first, in order, from the calling goroutine.
+func (in *inbox) goInline(h Handler) error {
+	in.order.Lock()
+	defer in.order.Unlock()
+	in.mu.Lock()
+	if in.mu.handler != nil {
+		in.mu.Unlock()
+		return fmt.Errorf("transport: task %v already has a handler", in.target)
+	}
+	in.mu.handler = h
+	queued := in.mu.q[in.mu.head:]
+	in.mu.q, in.mu.head = nil, 0
+	in.mu.Unlock()
+	for _, d := range queued {
+		deliver(h, d)
+	}
+	in.inlineH = h
+	return nil
+}
+
 func (in *inbox) pop() *delivery {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -277,10 +361,7 @@ func (in *inbox) pop() *delivery {
 func (in *inbox) run(h Handler) {
 	for {
 		for d := in.pop(); d != nil; d = in.pop() {
-			h(d.ch, d.first, d.msgs)
-			d.conn.inbound.Add(-int64(d.bytes))
-			d.rs.consumed(d.ch.Epoch, d.first+uint64(len(d.msgs)))
-			putDelivery(d)
+			deliver(h, d)
 		}
 		select {
 		case <-in.wake:

@@ -63,7 +63,7 @@ func TestNewSenderPanicsOnInvalidConfig(t *testing.T) {
 
 func TestDefaultConfigValues(t *testing.T) {
 	c := DefaultConfig()
-	if c.MaxMessages != 1024 || c.MaxBytes != 256<<10 || c.AckRequestShare != 0.25 || c.QuietAfter != 200*time.Microsecond {
+	if c.MaxMessages != 4096 || c.MaxBytes != 1<<20 || c.AckRequestShare != 0.25 || c.QuietAfter != 200*time.Microsecond {
 		t.Fatalf("DefaultConfig() = %+v", c)
 	}
 }

@@ -32,6 +32,7 @@ type transportConfig struct {
 	faults      string
 	seed        uint64
 	consumeRate float64
+	delivery    string
 }
 
 func (c *transportConfig) register(fs *flag.FlagSet) {
@@ -43,6 +44,12 @@ func (c *transportConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.faults, "faults", "", "faults to inject, e.g. drop=0.05,ctrldrop=0.05,dup=0.01,reset=2s")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the fault generator")
 	fs.Float64Var(&c.consumeRate, "consume-rate", 0, "messages per second the receiving tasks consume at most, over all channels; 0: no limit")
+	fs.StringVar(&c.delivery, "delivery", "auto", "how received runs reach the receiving tasks: inline (on the connection's event loop, Node.HandleInline), goroutine (each task's own goroutine, Node.Handle), or auto: inline unless --consume-rate makes the tasks wait")
+}
+
+// inline reports whether the receiving tasks run inline.
+func (c *transportConfig) inline() bool {
+	return c.delivery == "inline" || (c.delivery == "auto" && c.consumeRate == 0)
 }
 
 func (c *transportConfig) validate() error {
@@ -59,6 +66,10 @@ func (c *transportConfig) validate() error {
 		return fmt.Errorf("--connections must be >= 1, got %d", c.connections)
 	case c.consumeRate < 0:
 		return fmt.Errorf("--consume-rate must not be negative, got %v", c.consumeRate)
+	case c.delivery != "auto" && c.delivery != "inline" && c.delivery != "goroutine":
+		return fmt.Errorf("--delivery must be auto, inline or goroutine, got %q", c.delivery)
+	case c.delivery == "inline" && c.consumeRate > 0:
+		return fmt.Errorf("--delivery inline cannot be combined with --consume-rate: a task limited to a rate waits, and an inline task must never wait")
 	}
 	return nil
 }
@@ -67,12 +78,14 @@ func (c *transportConfig) asMap() map[string]any {
 	return map[string]any{
 		"size": c.size, bench.ConfigMsgSize: c.size, "duration": c.duration.String(), "rate": c.rate, "channels": c.channels,
 		"connections": c.connections, "faults": c.faults, "seed": c.seed, "consume_rate": c.consumeRate,
+		"delivery": map[bool]string{true: "inline", false: "goroutine"}[c.inline()],
 	}
 }
 
 // checker verifies, per channel, that loadgen's own sequence numbers arrive
-// exactly once and in order. Each channel's target is handled by one
-// goroutine, so its counters need no lock.
+// exactly once and in order. Each channel has a target of its own, whose
+// handler the transport calls one run at a time, so its counters need no
+// lock.
 type checker struct {
 	chans      []chanCheck
 	delivered  atomic.Int64
@@ -179,7 +192,11 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	if cfg.consumeRate > 0 {
 		lim = &limiter{rate: cfg.consumeRate}
 	}
-	rx.HandleAll(func(target taskid.ID) transport.Handler {
+	handleAll := rx.HandleAll
+	if cfg.inline() {
+		handleAll = rx.HandleAllInline
+	}
+	handleAll(func(target taskid.ID) transport.Handler {
 		idx := int(target.Index)
 		if target.Processor != 1 || idx >= cfg.channels {
 			return func(taskid.Channel, uint64, []wire.Message) {}
