@@ -12,11 +12,14 @@
 // turn, encodes them into one DATA frame (wire), and writes it at once when
 // the socket is idle, or as soon as a previous write drains when it is busy
 // (batch.Policy). The receiving loop decodes the batch in place, checks
-// channel, epoch and sequence (lossdetect.Receiver), and appends accepted
-// runs to the target task's bounded inbox. The task's handler consumes them
-// on its own goroutine; once it has consumed every message before an
-// AckRequest, the receiver answers with an Ack, and the source frees credit
-// or re-sends from the first missing sequence (lossdetect.Tracker).
+// channel, epoch and sequence (lossdetect.Receiver), and hands accepted
+// runs to the target task: by default into its bounded inbox, whose handler
+// consumes them on the task's own goroutine ([Node.Handle]); or, for a
+// handler that never blocks, on the loop itself, in place, with no copy and
+// no hand-off ([Node.HandleInline]), as a plain TCP reader parses what it
+// reads. Once the task has consumed every message before an AckRequest, the
+// receiver answers with an Ack, and the source frees credit or re-sends
+// from the first missing sequence (lossdetect.Tracker).
 //
 // Channels outlive connections: when a connection breaks, the peer redials
 // with exponential backoff and jitter, each channel re-opens with its epoch,
