@@ -14,13 +14,20 @@ import (
 // BenchmarkTransportPingPong measures the round trip of one 100-byte
 // message there and back through two nodes, each way a channel of its own.
 // Compare with BenchmarkPlainTCPPingPong from the same run.
-func BenchmarkTransportPingPong(b *testing.B) {
-	a, err := NewNode(WithListen("127.0.0.1:0"))
+func BenchmarkTransportPingPong(b *testing.B) { benchPingPong(b) }
+
+// BenchmarkTransportPingPongNetBackend is BenchmarkTransportPingPong on the
+// net-package backend, whose connections park in Go's netpoller instead of
+// blocking an event loop's thread in epoll_wait.
+func BenchmarkTransportPingPongNetBackend(b *testing.B) { benchPingPong(b, WithBackend(BackendNet)) }
+
+func benchPingPong(b *testing.B, opts ...Option) {
+	a, err := NewNode(append([]Option{WithListen("127.0.0.1:0")}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer a.Abort()
-	z, err := NewNode(WithListen("127.0.0.1:0"))
+	z, err := NewNode(append([]Option{WithListen("127.0.0.1:0")}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
