@@ -281,6 +281,13 @@ func (s *sim) pump(i int) {
 				s.sendRequest(req)
 			}
 		}
+		// Half the seeds request acks when the sender drains, as the
+		// transport does; the other half rely on the quiet timer alone.
+		if s.seed%2 == 0 {
+			if req, ok := src.t.OnDrained(s.now); ok {
+				s.sendRequest(req)
+			}
+		}
 	}
 	s.tick(src)
 

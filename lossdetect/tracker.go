@@ -238,6 +238,20 @@ func (t *Tracker) OnSent(now int64, through uint64) (req AckRequest, ok bool) {
 	return t.request(now), true
 }
 
+// OnDrained tells the tracker that everything pushed so far has been sent
+// and the sender has nothing more for now. If messages are unacknowledged
+// and no ACKREQUEST is outstanding, it returns one to send after the data:
+// the tail of a burst is acknowledged at once instead of after the quiet
+// timer, and a sparse channel (a message now and then, as each of many
+// channels sees) needs no timer at all. At most one request is outstanding,
+// as with every other request, so control traffic stays bounded.
+func (t *Tracker) OnDrained(now int64) (req AckRequest, ok bool) {
+	if t.waiting || t.reqOut || t.w.NextToSend() <= t.w.Acked() {
+		return AckRequest{}, false
+	}
+	return t.request(now), true
+}
+
 // OnAck applies an ACK and says what happened; see [Outcome]. It never
 // panics: acks of another epoch, acks for messages never sent and acks older
 // than what is already applied are dropped with a verdict and counted.

@@ -175,6 +175,49 @@ func TestOnSentRequestsAfterAShareOfTheWindow(t *testing.T) {
 	}
 }
 
+func TestOnDrainedRequestsTheTailOnceWhenNoneIsOutstanding(t *testing.T) {
+	tr, w := newTestTracker(t, false)
+	if _, ok := tr.OnDrained(0); ok {
+		t.Fatal("OnDrained asked before the channel was open")
+	}
+	open(t, tr, 0)
+	if _, ok := tr.OnDrained(1); ok {
+		t.Fatal("OnDrained asked with nothing sent")
+	}
+	w.Push(0, []byte("a"))
+	if _, ok := tr.OnSent(2, w.NextSeq()); ok {
+		t.Fatal("one message of eight asked by share")
+	}
+	req, ok := tr.OnDrained(3)
+	if !ok || req != (AckRequest{Epoch: 7, Seq: 101}) {
+		t.Fatalf("OnDrained after one message = %+v, %v; want a request for 101", req, ok)
+	}
+	if _, ok := tr.OnDrained(4); ok {
+		t.Fatal("OnDrained asked again with a request outstanding")
+	}
+	w.Push(0, []byte("b"))
+	tr.OnSent(5, w.NextSeq())
+	if _, ok := tr.OnDrained(6); ok {
+		t.Fatal("OnDrained asked with a request outstanding")
+	}
+	if out := tr.OnAck(7, Ack{Epoch: 7, ReqSeq: 101, Count: 1, Next: 101}); out.Verdict != Accept {
+		t.Fatalf("ack: %+v", out)
+	}
+	// The answer covered one message; the second is still unacknowledged.
+	if req, ok := tr.OnDrained(8); !ok || req.Seq != 102 {
+		t.Fatalf("OnDrained after the answer = %+v, %v; want a request for 102", req, ok)
+	}
+	tr.OnAck(9, Ack{Epoch: 7, ReqSeq: 102, Count: 1, Next: 102})
+	if _, ok := tr.OnDrained(10); ok {
+		t.Fatal("OnDrained asked with everything acknowledged")
+	}
+	tr.Reopen(11)
+	w.Push(0, []byte("c"))
+	if _, ok := tr.OnDrained(12); ok {
+		t.Fatal("OnDrained asked while the channel re-opens")
+	}
+}
+
 func TestOnAck(t *testing.T) {
 	// Each case: a channel at epoch 7 from seq 100, opened, 6 messages sent
 	// (requests at 102, 104, 106; 106 outstanding), then the ack.

@@ -392,8 +392,15 @@ func (ch *channel) fill(c *conn, now int64, limit int) (n int, more, full bool) 
 	if req, ok := trk.OnSent(now, through); ok {
 		o.reqs = ch.appendAckRequest(o.reqs, o.inj, req)
 	}
-	ch.scheduleLocked(now)
 	more = n < unsent
+	if !more {
+		// Drained: ask for the tail's ack now rather than on the quiet
+		// timer (a channel that sends now and then needs no timer).
+		if req, ok := trk.OnDrained(now); ok {
+			o.reqs = ch.appendAckRequest(o.reqs, o.inj, req)
+		}
+	}
+	ch.scheduleLocked(now)
 	ch.mu.queued = more
 	return n, more, more
 }
