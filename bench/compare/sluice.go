@@ -70,7 +70,10 @@ func (p *sluicePeer) Throughput(ctx context.Context, size int, d time.Duration) 
 	var got int64
 	var cerr error
 	var last time.Time
-	if err := rx.Handle(sluiceTarget, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+	// The receiving task only checks and counts, and never blocks, so it runs
+	// inline on the connection's loop, as the other peers' readers check
+	// what they read on their reading goroutine.
+	if err := rx.HandleInline(sluiceTarget, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
