@@ -244,9 +244,11 @@ func (t *Tracker) OnSent(now int64, through uint64) (req AckRequest, ok bool) {
 // the tail of a burst is acknowledged at once instead of after the quiet
 // timer, and a sparse channel (a message now and then, as each of many
 // channels sees) needs no timer at all. At most one request is outstanding,
-// as with every other request, so control traffic stays bounded.
+// as with every other request, and drain-time requests come at most once per
+// quiet interval (a busy channel drains after nearly every batch; its tail
+// is then left to the quiet timer), so control traffic stays bounded.
 func (t *Tracker) OnDrained(now int64) (req AckRequest, ok bool) {
-	if t.waiting || t.reqOut || t.w.NextToSend() <= t.w.Acked() {
+	if t.waiting || t.reqOut || t.w.NextToSend() <= t.w.Acked() || (t.stats.Requests > 0 && now-t.reqAt < t.quiet) {
 		return AckRequest{}, false
 	}
 	return t.request(now), true

@@ -176,44 +176,49 @@ func TestOnSentRequestsAfterAShareOfTheWindow(t *testing.T) {
 }
 
 func TestOnDrainedRequestsTheTailOnceWhenNoneIsOutstanding(t *testing.T) {
-	tr, w := newTestTracker(t, false)
+	tr, w := newTestTracker(t, false) // quiet after 100µs
 	if _, ok := tr.OnDrained(0); ok {
 		t.Fatal("OnDrained asked before the channel was open")
 	}
 	open(t, tr, 0)
-	if _, ok := tr.OnDrained(1); ok {
+	if _, ok := tr.OnDrained(1 * us); ok {
 		t.Fatal("OnDrained asked with nothing sent")
 	}
 	w.Push(0, []byte("a"))
-	if _, ok := tr.OnSent(2, w.NextSeq()); ok {
+	if _, ok := tr.OnSent(2*us, w.NextSeq()); ok {
 		t.Fatal("one message of eight asked by share")
 	}
-	req, ok := tr.OnDrained(3)
+	req, ok := tr.OnDrained(3 * us)
 	if !ok || req != (AckRequest{Epoch: 7, Seq: 101}) {
 		t.Fatalf("OnDrained after one message = %+v, %v; want a request for 101", req, ok)
 	}
-	if _, ok := tr.OnDrained(4); ok {
+	if _, ok := tr.OnDrained(4 * us); ok {
 		t.Fatal("OnDrained asked again with a request outstanding")
 	}
 	w.Push(0, []byte("b"))
-	tr.OnSent(5, w.NextSeq())
-	if _, ok := tr.OnDrained(6); ok {
-		t.Fatal("OnDrained asked with a request outstanding")
-	}
-	if out := tr.OnAck(7, Ack{Epoch: 7, ReqSeq: 101, Count: 1, Next: 101}); out.Verdict != Accept {
+	tr.OnSent(5*us, w.NextSeq())
+	if out := tr.OnAck(7*us, Ack{Epoch: 7, ReqSeq: 101, Count: 1, Next: 101}); out.Verdict != Accept {
 		t.Fatalf("ack: %+v", out)
 	}
-	// The answer covered one message; the second is still unacknowledged.
-	if req, ok := tr.OnDrained(8); !ok || req.Seq != 102 {
-		t.Fatalf("OnDrained after the answer = %+v, %v; want a request for 102", req, ok)
+	// The answer covered one message; the second is unacknowledged, but the
+	// last request went out less than a quiet interval ago: the quiet timer
+	// will ask.
+	if _, ok := tr.OnDrained(8 * us); ok {
+		t.Fatal("OnDrained asked twice within a quiet interval")
 	}
-	tr.OnAck(9, Ack{Epoch: 7, ReqSeq: 102, Count: 1, Next: 102})
-	if _, ok := tr.OnDrained(10); ok {
+	if d, ok := tr.NextDeadline(); !ok || d != 5*us+100*us {
+		t.Fatalf("NextDeadline = %d, %v; want the quiet deadline %d", d, ok, 105*us)
+	}
+	if req, ok := tr.OnDrained(104 * us); !ok || req.Seq != 102 {
+		t.Fatalf("OnDrained a quiet interval later = %+v, %v; want a request for 102", req, ok)
+	}
+	tr.OnAck(150*us, Ack{Epoch: 7, ReqSeq: 102, Count: 1, Next: 102})
+	if _, ok := tr.OnDrained(400 * us); ok {
 		t.Fatal("OnDrained asked with everything acknowledged")
 	}
-	tr.Reopen(11)
+	tr.Reopen(500 * us)
 	w.Push(0, []byte("c"))
-	if _, ok := tr.OnDrained(12); ok {
+	if _, ok := tr.OnDrained(900 * us); ok {
 		t.Fatal("OnDrained asked while the channel re-opens")
 	}
 }
