@@ -47,9 +47,11 @@ func (c *transportConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.delivery, "delivery", "auto", "how received runs reach the receiving tasks: inline (on the connection's event loop, Node.HandleInline), goroutine (each task's own goroutine, Node.Handle), or auto: inline unless --consume-rate makes the tasks wait")
 }
 
-// inline reports whether the receiving tasks run inline.
+// inline reports whether the receiving tasks run inline. An empty delivery
+// (a plan from a coordinator) means auto.
 func (c *transportConfig) inline() bool {
-	return c.delivery == "inline" || (c.delivery == "auto" && c.consumeRate == 0)
+	auto := c.delivery == "auto" || c.delivery == ""
+	return c.delivery == "inline" || (auto && c.consumeRate == 0)
 }
 
 func (c *transportConfig) validate() error {
@@ -66,7 +68,7 @@ func (c *transportConfig) validate() error {
 		return fmt.Errorf("--connections must be >= 1, got %d", c.connections)
 	case c.consumeRate < 0:
 		return fmt.Errorf("--consume-rate must not be negative, got %v", c.consumeRate)
-	case c.delivery != "auto" && c.delivery != "inline" && c.delivery != "goroutine":
+	case c.delivery != "" && c.delivery != "auto" && c.delivery != "inline" && c.delivery != "goroutine":
 		return fmt.Errorf("--delivery must be auto, inline or goroutine, got %q", c.delivery)
 	case c.delivery == "inline" && c.consumeRate > 0:
 		return fmt.Errorf("--delivery inline cannot be combined with --consume-rate: a task limited to a rate waits, and an inline task must never wait")
