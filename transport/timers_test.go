@@ -108,3 +108,27 @@ func TestWheelExpiresEachDeadlineOnceNeverEarlyAtMostASlotLate(t *testing.T) {
 		}
 	}
 }
+
+// Once the wheel has held as many deadlines as a load keeps pending, adding
+// and expiring them allocates nothing: a steady run makes no garbage.
+func TestWheelReusesItsNodes(t *testing.T) {
+	const slot = int64(1) << wheelShift
+	w := newWheel(0)
+	chans := make([]channel, 100)
+	now := int64(0)
+	var due []*channel
+	round := func() {
+		for i := range chans {
+			w.add(deadline{at: now + int64(i%7)*slot, ch: &chans[i]})
+		}
+		now += 8 * slot
+		due = w.expire(now, due[:0])
+		if len(due) != len(chans) {
+			t.Fatalf("expired %d of %d", len(due), len(chans))
+		}
+	}
+	round()
+	if a := testing.AllocsPerRun(50, round); a != 0 {
+		t.Fatalf("a round of 100 deadlines allocates %.0f objects", a)
+	}
+}

@@ -15,16 +15,34 @@ const (
 	wheelMask  = wheelSlots - 1 // the wheel spans about 268 ms; later deadlines wait in far
 )
 
+// A slot is a list of nodes in one slab, linked by index; freed nodes are
+// reused. The slab grows only when more deadlines are pending at once than
+// ever before, so a steady load makes no garbage (slices per slot would keep
+// growing, and leaving their old arrays behind, as each slot met a busier turn).
 type wheel struct {
-	cur   int64 // the slot tick (time >> wheelShift) collected next
-	n     int   // deadlines in slots
-	slots [wheelSlots][]deadline
+	cur   int64                   // the slot tick (time >> wheelShift) collected next
+	n     int                     // deadlines in slots
+	heads [wheelSlots]int32       // first node of each slot, -1: empty
+	tails [wheelSlots]int32       // its last node, valid when heads[i] >= 0
 	busy  [wheelSlots / 64]uint64 // bit i: slots[i] is not empty
-	far   deadlineHeap            // deadlines beyond the span, earliest first
+	nodes []wheelNode
+	free  int32        // first free node, -1: none
+	far   deadlineHeap // deadlines beyond the span, earliest first
+}
+
+type wheelNode struct {
+	d    deadline
+	next int32
 }
 
 // newWheel returns an empty wheel whose clock starts at now.
-func newWheel(now int64) *wheel { return &wheel{cur: now >> wheelShift} }
+func newWheel(now int64) *wheel {
+	w := &wheel{cur: now >> wheelShift, free: -1}
+	for i := range w.heads {
+		w.heads[i] = -1
+	}
+	return w
+}
 
 // add files d in the slot of its time. An overdue d goes in the current slot
 // and expires at the next look.
@@ -34,8 +52,21 @@ func (w *wheel) add(d deadline) {
 		w.far.push(d)
 		return
 	}
+	k := w.free
+	if k >= 0 {
+		w.free = w.nodes[k].next
+	} else {
+		w.nodes = append(w.nodes, wheelNode{})
+		k = int32(len(w.nodes) - 1)
+	}
 	i := t & wheelMask
-	w.slots[i] = append(w.slots[i], d)
+	w.nodes[k] = wheelNode{d: d, next: -1}
+	if w.heads[i] < 0 {
+		w.heads[i] = k
+	} else {
+		w.nodes[w.tails[i]].next = k // in the order added, as they will expire
+	}
+	w.tails[i] = k
 	w.busy[i>>6] |= 1 << (i & 63)
 	w.n++
 }
@@ -55,15 +86,17 @@ func (w *wheel) expire(now int64, due []*channel) []*channel {
 			w.cur = max(w.cur, next)
 		} else {
 			i := w.cur & wheelMask
-			if s := w.slots[i]; len(s) > 0 {
-				for j := range s {
-					due = append(due, s[j].ch)
-					s[j] = deadline{}
-				}
-				w.n -= len(s)
-				w.slots[i] = s[:0]
-				w.busy[i>>6] &^= 1 << (i & 63)
+			for k := w.heads[i]; k >= 0; {
+				nd := &w.nodes[k]
+				due = append(due, nd.d.ch)
+				next := nd.next
+				*nd = wheelNode{next: w.free} // drop the channel pointer
+				w.free = k
+				w.n--
+				k = next
 			}
+			w.heads[i] = -1
+			w.busy[i>>6] &^= 1 << (i & 63)
 			w.cur++
 		}
 		// Far deadlines that the wheel now spans move into their slots.
