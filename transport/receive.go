@@ -171,7 +171,7 @@ func (rs *recvState) runInline(c *conn, ic *inChan, firstSeq uint64, msgs []wire
 	rs.consumed(ic.key.Epoch, firstSeq+uint64(lo+n))
 }
 
-// consumed is called by the inbox goroutine after the handler returned the
+// consumed is called after the handler (on the inbox goroutine, or inline) returned the
 // messages of epoch below through. The consumption of an epoch the receiver
 // has left behind says nothing about the current one: counting it would
 // acknowledge messages of the new epoch that are queued, not consumed.
