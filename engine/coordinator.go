@@ -116,9 +116,8 @@ type Coordinator struct {
 
 	// the checkpoint schedule of the running generation
 	target, horizon, interval int64
-	// the fault schedule
-	nextCrash, nextKill   time.Time
-	crashTimer, killTimer *time.Timer
+	// the fault schedules
+	crashes, kills faultSchedule
 
 	// per worker cumulative counters, banked when a worker restarts
 	mu struct {
@@ -157,6 +156,7 @@ func NewCoordinator(job *Job, cfg Config) (*Coordinator, error) {
 	}
 	c := &Coordinator{job: job, cfg: cfg, log: lg, depth: d, events: make(chan Event, 256),
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}
+	c.crashes.every, c.kills.every = cfg.CrashEvery, cfg.KillEvery
 	c.mu.last = make([]ClockReply, cfg.Nodes)
 	c.mu.faults = make([]transport.FaultStats, cfg.Nodes)
 	return c, nil
@@ -456,28 +456,10 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 	svc := clock.New[roundKey]()
 	rounds := time.NewTicker(every)
 	defer rounds.Stop()
-	// Fault schedules outlive generations, so that frequent recoveries do
-	// not keep postponing the other kind of fault.
-	var crashC, killC <-chan time.Time
 	now := time.Now()
-	if c.cfg.CrashEvery > 0 {
-		if c.nextCrash.IsZero() {
-			c.nextCrash = now.Add(c.cfg.CrashEvery)
-		}
-		t := time.NewTimer(max(0, c.nextCrash.Sub(now)))
-		defer t.Stop()
-		crashC = t.C
-		c.crashTimer = t
-	}
-	if c.cfg.KillEvery > 0 {
-		if c.nextKill.IsZero() {
-			c.nextKill = now.Add(c.cfg.KillEvery)
-		}
-		t := time.NewTimer(max(0, c.nextKill.Sub(now)))
-		defer t.Stop()
-		killC = t.C
-		c.killTimer = t
-	}
+	crashC, killC := c.crashes.arm(now), c.kills.arm(now)
+	defer c.crashes.stop()
+	defer c.kills.stop()
 	ids := c.job.tasks()
 	lastDone, lastTc := time.Now(), c.target-c.interval
 	for k := 0; ; k++ {
@@ -491,8 +473,7 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 			}
 			return nil, fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
 		case <-crashC:
-			c.nextCrash = time.Now().Add(c.cfg.CrashEvery)
-			c.crashTimer.Reset(c.cfg.CrashEvery)
+			c.crashes.fired()
 			id := ids[c.rng.IntN(len(ids))]
 			node := c.job.Placement(len(c.handles))[id]
 			if _, err := c.handles[node].do(ctx, Request{Op: "crash", Gen: gen, Task: id.String()}); err == nil {
@@ -501,8 +482,7 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 			k--
 			continue
 		case <-killC:
-			c.nextKill = time.Now().Add(c.cfg.KillEvery)
-			c.killTimer.Reset(c.cfg.KillEvery)
+			c.kills.fired()
 			i := c.rng.IntN(len(c.handles))
 			if err := c.handles[i].kill(); err == nil {
 				res.Kills++
@@ -563,3 +543,38 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 }
 
 var _ = taskid.ID{}
+
+// faultSchedule injects one kind of fault every period. Its next time
+// outlives generations, so that frequent recoveries do not keep postponing
+// the other kind of fault.
+type faultSchedule struct {
+	every time.Duration // 0: never
+	next  time.Time
+	timer *time.Timer // the running generation's
+}
+
+// arm starts a generation's timer and returns its channel, nil when the
+// fault is off.
+func (f *faultSchedule) arm(now time.Time) <-chan time.Time {
+	if f.every <= 0 {
+		return nil
+	}
+	if f.next.IsZero() {
+		f.next = now.Add(f.every)
+	}
+	f.timer = time.NewTimer(max(0, f.next.Sub(now)))
+	return f.timer.C
+}
+
+// fired schedules the next fault after one was injected.
+func (f *faultSchedule) fired() {
+	f.next = time.Now().Add(f.every)
+	f.timer.Reset(f.every)
+}
+
+// stop releases a generation's timer.
+func (f *faultSchedule) stop() {
+	if f.timer != nil {
+		f.timer.Stop()
+	}
+}

@@ -343,10 +343,9 @@ func (n *Node) startInboxLocked(in *inbox, h Handler, inline bool) error {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.mu.handler != nil {
-		return fmt.Errorf("transport: task %v already has a handler", in.target)
+	if err := in.setHandlerLocked(h); err != nil {
+		return err
 	}
-	in.mu.handler = h
 	n.bgDone.Add(1)
 	go func() {
 		defer n.bgDone.Done()

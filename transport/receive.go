@@ -323,17 +323,25 @@ func deliver(h Handler, d *delivery) {
 	putDelivery(d)
 }
 
+// setHandlerLocked registers h, the target's only handler.
+func (in *inbox) setHandlerLocked(h Handler) error {
+	if in.mu.handler != nil {
+		return fmt.Errorf("transport: task %v already has a handler", in.target)
+	}
+	in.mu.handler = h
+	return nil
+}
+
 // goInline makes h the target's inline handler. Runs that arrived before
 // are delivered first, in order, from the calling goroutine.
 func (in *inbox) goInline(h Handler) error {
 	in.order.Lock()
 	defer in.order.Unlock()
 	in.mu.Lock()
-	if in.mu.handler != nil {
+	if err := in.setHandlerLocked(h); err != nil {
 		in.mu.Unlock()
-		return fmt.Errorf("transport: task %v already has a handler", in.target)
+		return err
 	}
-	in.mu.handler = h
 	queued := in.mu.q[in.mu.head:]
 	in.mu.q, in.mu.head = nil, 0
 	in.mu.Unlock()

@@ -47,6 +47,14 @@ func (c *transportConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.delivery, "delivery", "auto", "how received runs reach the receiving tasks: inline (on the connection's event loop, Node.HandleInline), goroutine (each task's own goroutine, Node.Handle), or auto: inline unless --consume-rate makes the tasks wait")
 }
 
+// deliveryName is how the receiving tasks get their runs, for the report.
+func (c *transportConfig) deliveryName() string {
+	if c.inline() {
+		return "inline"
+	}
+	return "goroutine"
+}
+
 // inline reports whether the receiving tasks run inline. An empty delivery
 // (a plan from a coordinator) means auto.
 func (c *transportConfig) inline() bool {
@@ -80,7 +88,7 @@ func (c *transportConfig) asMap() map[string]any {
 	return map[string]any{
 		"size": c.size, bench.ConfigMsgSize: c.size, "duration": c.duration.String(), "rate": c.rate, "channels": c.channels,
 		"connections": c.connections, "faults": c.faults, "seed": c.seed, "consume_rate": c.consumeRate,
-		"delivery": map[bool]string{true: "inline", false: "goroutine"}[c.inline()],
+		"delivery": c.deliveryName(),
 	}
 }
 
