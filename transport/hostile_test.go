@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -525,5 +526,62 @@ func TestAThousandIdleConnectionsAreClosedAndCostLittle(t *testing.T) {
 			t.Errorf("%d handshake timeouts, want %d", got, n)
 		}
 		wait()
+	})
+}
+
+func TestAPeerThatIgnoresFlowControlIsClosed(t *testing.T) {
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithInboundBudget(1 << 20)}, be...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rx.Abort)
+		// The flooded task never finishes its first run, so nothing the
+		// peer sends is consumed or acknowledged.
+		target := taskid.ID{Processor: 9, Index: 1}
+		block := make(chan struct{})
+		t.Cleanup(func() { close(block) })
+		var handed atomic.Int64
+		if err := rx.Handle(target, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+			handed.Add(int64(len(msgs)))
+			<-block
+		}); err != nil {
+			t.Fatal(err)
+		}
+		wait := legitFlow(t, rx, 5000, be...)
+		b := wire.AppendOpen(goodPreface(), wire.Open{Channel: 0, Source: taskid.ID{Processor: 9, Index: 0}, Target: target, Epoch: 1})
+		payload := bytes.Repeat([]byte{'x'}, 1000)
+		seq := uint64(0)
+		for range 20 { // 2 MB of data against a 1 MiB budget
+			f, start := wire.BeginFrame(b, wire.FrameData, 0)
+			f = wire.AppendRunHeader(f, wire.RunHeader{Channel: 0, FirstSeq: seq, Count: 100})
+			for range 100 {
+				f = wire.AppendMessage(f, 0, 0, payload)
+			}
+			b = wire.FinishFrame(f, start)
+			seq += 100
+		}
+		c := rawConn(t, rx.Addr())
+		go func() { _, _ = c.Write(b) }()
+		g, ok := readGoAway(t, c)
+		if !ok || g.Code != wire.GoAwayLimit {
+			t.Fatalf("GOAWAY %v (%q), want LIMIT", g.Code, g.Message)
+		}
+		wait()
+		// The receiver expects next exactly what follows the runs the task
+		// has or holds in its inbox: the refused run was never accepted.
+		rs := rx.recvState(taskid.ID{Processor: 9, Index: 0}, target)
+		rs.inbox.mu.Lock()
+		queued := 0
+		for _, d := range rs.inbox.mu.q[rs.inbox.mu.head:] {
+			queued += len(d.msgs)
+		}
+		rs.inbox.mu.Unlock()
+		rs.mu.Lock()
+		next := rs.mu.r.Next()
+		rs.mu.Unlock()
+		if want := uint64(handed.Load()) + uint64(queued); next != want {
+			t.Errorf("the receiver expects seq %d next, but the task has or holds %d messages", next, want)
+		}
 	})
 }

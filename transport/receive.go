@@ -101,6 +101,13 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []wire.Mes
 	for i := range msgs {
 		size += len(msgs[i].Payload)
 	}
+	// The budget is checked before the receiver accepts anything: a run
+	// accepted and then dropped would leave the receiver expecting
+	// messages after ones the task never got.
+	if c.inbound.Add(int64(size)) > int64(c.node.o.inboundBudget) {
+		c.inbound.Add(-int64(size))
+		return ErrInboundBudget
+	}
 	d := getDelivery(len(msgs), size)
 	d.rs, d.conn, d.ch = rs, c, ic.key
 	rs.mu.Lock()
@@ -113,15 +120,14 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []wire.Mes
 		}
 	}
 	rs.mu.Unlock()
+	if refused := size - d.bytes; refused > 0 {
+		c.inbound.Add(-int64(refused))
+	}
 	if len(d.msgs) == 0 {
 		putDelivery(d)
 		return nil
 	}
 	c.stats.bytesIn.Add(uint64(d.bytes))
-	if c.inbound.Add(int64(d.bytes)) > int64(c.node.o.inboundBudget) {
-		putDelivery(d)
-		return ErrInboundBudget
-	}
 	in.push(d)
 	return nil
 }
