@@ -442,8 +442,6 @@ func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restor
 	return err
 }
 
-type roundKey struct{ node, slot int }
-
 // drive runs one generation until the end of input (returning the
 // results) or a failure.
 func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has bool, res *Result) (map[string][]byte, error) {
@@ -453,22 +451,21 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 		window = c.depth + 1
 		every = 2 * time.Millisecond
 	}
-	svc := clock.New[roundKey]()
-	rounds := time.NewTicker(every)
-	defer rounds.Stop()
+	clk := newRounds(len(c.handles), window)
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
 	now := time.Now()
 	crashC, killC := c.crashes.arm(now), c.kills.arm(now)
 	defer c.crashes.stop()
 	defer c.kills.stop()
 	ids := c.job.tasks()
 	lastDone, lastTc := time.Now(), c.target-c.interval
-	for k := 0; ; k++ {
+	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case ev := <-c.events:
 			if ev.Gen != 0 && ev.Gen != gen {
-				k--
 				continue
 			}
 			return nil, fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
@@ -479,7 +476,6 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 			if _, err := c.handles[node].do(ctx, Request{Op: "crash", Gen: gen, Task: id.String()}); err == nil {
 				c.event("crash", "task "+id.String())
 			}
-			k--
 			continue
 		case <-killC:
 			c.kills.fired()
@@ -488,21 +484,19 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 				res.Kills++
 				c.event("kill", fmt.Sprintf("node %d", i))
 			}
-			k--
 			continue
-		case <-rounds.C:
+		case <-ticker.C:
 		}
 		rs, err := c.all(ctx, Request{Op: "clock", Gen: gen})
 		if err != nil {
 			return nil, err
 		}
+		mins := make([]int64, len(rs))
 		for i, r := range rs {
-			svc.Register(roundKey{i, k % window}, r.Clock.Min)
+			mins[i] = r.Clock.Min
 		}
-		if k+1 < window {
-			continue
-		}
-		m := svc.Min()
+		clk.add(mins)
+		m := clk.min()
 		if m == clock.Idle {
 			out := map[string][]byte{}
 			rs, err := c.all(ctx, Request{Op: "finish", Gen: gen})
