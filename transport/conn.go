@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/taskid"
@@ -52,6 +55,29 @@ type conn struct {
 	compress bool // both sides offered compression; set at handshake
 
 	flushTask gnet.RunnableFunc
+
+	// wmu is held while an outgoing batch is built and written: by the
+	// loop, or by a sender writing directly (see [conn.enqueue]). The out
+	// fields and carry are under it.
+	wmu sync.Mutex
+	// carry is the tail of a direct write that the kernel did not take; the
+	// loop writes it before anything else.
+	carry []byte
+	// fd is a duplicate of the socket's descriptor, for direct writes; -1
+	// where the link has its own buffering (net, TLS) and once the
+	// connection closed. It is a duplicate so that gnet closing its own
+	// descriptor (it may, on its loop, at any time) can never let a direct
+	// write reach a socket that reused the number. Set under mu and fdMu;
+	// direct writes use it under fdMu.
+	fd   int
+	fdMu sync.Mutex
+	// linkBuffered says the link held unwritten bytes when the loop last
+	// looked. It is stale only towards true (the link drains on the loop,
+	// and only grows under wmu), so false means a direct write cannot
+	// overtake bytes the link holds.
+	linkBuffered atomic.Bool
+	lastWrite    atomic.Int64 // when the last batch had been handed to the kernel
+	writeCost    atomic.Int64 // how long a direct write takes, a moving average (ns)
 
 	// loop
 	hs *handshake.Machine // nil once the handshake is done
@@ -108,13 +134,14 @@ type inChan struct {
 
 type connCounters struct {
 	msgsOut, wireOut, batches atomic.Uint64
+	direct, carried           atomic.Uint64
 	msgsIn, bytesIn, wireIn   atomic.Uint64
 	flushes                   [batch.NumCauses]atomic.Uint64
 	stale, dupIn, gapIn       atomic.Uint64
 }
 
 func newConn(n *Node, p *Peer, slot int) *conn {
-	c := &conn{node: n, peer: p, slot: slot, done: make(chan struct{})}
+	c := &conn{node: n, peer: p, slot: slot, fd: -1, done: make(chan struct{})}
 	c.stream = n.connSeq.Add(1)
 	c.flushTask = func(context.Context) error { c.flush(); return nil }
 	c.in.table = taskid.NewTable(n.o.maxChannels)
@@ -249,9 +276,21 @@ func (c *conn) fail(err error, code wire.GoAwayCode) gnet.Action {
 	if len(msg) > 512 {
 		msg = msg[:512]
 	}
-	_, _ = c.lk.Write(wire.AppendGoAway(nil, wire.GoAway{Code: code, Message: msg}))
+	c.writeLast(wire.AppendGoAway(nil, wire.GoAway{Code: code, Message: msg}))
 	c.close(err)
 	return gnet.Close
+}
+
+// writeLast writes a final frame (a GOAWAY) after whatever a direct write
+// left over. Loop only.
+func (c *conn) writeLast(b []byte) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if len(c.carry) > 0 {
+		b = append(c.carry, b...)
+		c.carry = nil
+	}
+	_, _ = c.lk.Write(b)
 }
 
 func (c *conn) handle(f wire.Frame) error {
@@ -455,16 +494,55 @@ func (c *conn) sendCtrl(appendFrame func([]byte) []byte, faulty bool) {
 	c.mu.Unlock()
 }
 
+// directGap is how long a connection must at least have been without
+// writes for a sender to write to the socket itself instead of waking the
+// loop; the gap must also be twice what a direct write takes. A sender that
+// finds the connection idle saves the loop's wake-up (an eventfd write and a
+// thread switch, tens of microseconds on an idle virtual CPU); one that
+// sends faster leaves the writing to the loop, which gathers what arrives
+// meanwhile into one batch, so a fast producer never spends its time in one
+// system call per message.
+const directGap = int64(5 * time.Microsecond)
+
 // enqueue marks ch ready to send on c. The caller holds ch.mu and has
-// checked that ch is not queued already.
-func (c *conn) enqueue(ch *channel, bytes int) {
+// checked that ch is not queued already. It reports whether the caller,
+// once it has released ch.mu, should write the batch itself with
+// flushDirect; otherwise the loop has been scheduled. mayDirect is false
+// on the loop, which flushes anyway.
+func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct bool) {
 	c.pending.Add(int64(bytes))
 	c.mu.Lock()
-	if !c.mu.closed {
-		c.mu.ready = append(c.mu.ready, ch)
-		c.scheduleLocked()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return false
 	}
-	c.mu.Unlock()
+	c.mu.ready = append(c.mu.ready, ch)
+	if c.mu.scheduled {
+		return false
+	}
+	if mayDirect && c.fd >= 0 && !c.linkBuffered.Load() && c.state.Load() == stOpen &&
+		c.node.now()-c.lastWrite.Load() >= max(directGap, 2*c.writeCost.Load()) {
+		// Claimed: nobody schedules the loop while the caller writes.
+		c.mu.scheduled = true
+		return true
+	}
+	c.scheduleLocked()
+	return false
+}
+
+// flushDirect writes what is ready from the calling goroutine, after
+// enqueue said so. If the loop or another sender is writing, the loop is
+// scheduled instead.
+func (c *conn) flushDirect() {
+	if !c.wmu.TryLock() {
+		c.mu.Lock()
+		c.mu.scheduled = false
+		c.scheduleLocked()
+		c.mu.Unlock()
+		return
+	}
+	c.flushLocked(true)
+	c.wmu.Unlock()
 }
 
 func (c *conn) scheduleLocked() {
@@ -499,11 +577,21 @@ func (c *conn) hasWork() bool {
 
 // syncInflight tells the batch policy which writes completed: gnet gives no
 // callback when its outbound buffer drains, so the buffered byte count is
-// read instead.
-func (c *conn) syncInflight() {
+// read instead (on the loop; a direct writer knows only that the link held
+// nothing when the loop last looked). The caller holds wmu.
+func (c *conn) syncInflight(direct bool) {
 	p := c.out.policy
-	max := c.node.o.batch.MaxBatchBytes
-	want := (c.lk.OutboundBuffered() + max - 1) / max
+	want := 0
+	if direct {
+		if c.linkBuffered.Load() || len(c.carry) > 0 {
+			return
+		}
+	} else {
+		buffered := c.lk.OutboundBuffered()
+		c.linkBuffered.Store(buffered > 0)
+		max := c.node.o.batch.MaxBatchBytes
+		want = (buffered + len(c.carry) + max - 1) / max
+	}
 	for p.Inflight() > want {
 		p.WriteDone(c.node.now())
 	}
@@ -511,6 +599,15 @@ func (c *conn) syncInflight() {
 
 // flush writes batches while the policy allows. It runs on the loop.
 func (c *conn) flush() {
+	c.wmu.Lock()
+	c.flushLocked(false)
+	c.wmu.Unlock()
+}
+
+// flushLocked writes batches while the policy says so: on the loop, or,
+// when direct, from a sender's goroutine straight to the socket. The caller
+// holds wmu.
+func (c *conn) flushLocked(direct bool) {
 	c.mu.Lock()
 	c.mu.scheduled = false
 	c.mu.Unlock()
@@ -518,8 +615,15 @@ func (c *conn) flush() {
 		return
 	}
 	for {
-		c.syncInflight()
-		if !c.hasWork() {
+		c.syncInflight(direct)
+		if !c.hasWork() && (direct || len(c.carry) == 0) {
+			return
+		}
+		if direct && (len(c.carry) > 0 || c.linkBuffered.Load()) {
+			// Bytes are waiting in front: only the loop may write now.
+			c.mu.Lock()
+			c.scheduleLocked()
+			c.mu.Unlock()
 			return
 		}
 		now := c.node.now()
@@ -530,7 +634,7 @@ func (c *conn) flush() {
 			}
 			return
 		}
-		if n := c.writeBatch(now, d.Cause); n == 0 {
+		if n := c.writeBatch(now, d.Cause, direct); n == 0 {
 			return
 		}
 		if c.state.Load() != stOpen {
@@ -540,8 +644,10 @@ func (c *conn) flush() {
 }
 
 // writeBatch builds one batch from the queued control frames and the ready
-// channels and writes it. It returns the bytes written.
-func (c *conn) writeBatch(now int64, cause batch.Cause) int {
+// channels and writes it: through the link on the loop, or straight to the
+// socket when direct. It returns the bytes written (or, when direct, taken
+// on: a tail the kernel refused waits in carry for the loop).
+func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 	o := &c.out
 	c.mu.Lock()
 	o.ctrl = append(o.ctrl[:0], c.mu.ctrl...)
@@ -581,6 +687,10 @@ func (c *conn) writeBatch(now int64, cause batch.Cause) int {
 	o.requeue = requeue[:0]
 
 	iov := o.iov[:0]
+	carried := len(c.carry) > 0 && !direct
+	if carried {
+		iov = append(iov, c.carry)
+	}
 	if len(o.ctrl) > 0 {
 		iov = append(iov, o.ctrl)
 	}
@@ -614,16 +724,82 @@ func (c *conn) writeBatch(now int64, cause batch.Cause) int {
 	if total == 0 {
 		return 0
 	}
-	if _, err := c.lk.Writev(iov); err != nil {
-		c.close(err)
-		return 0
+	if direct {
+		if !c.writeDirect(iov, total) {
+			return 0
+		}
+	} else {
+		if _, err := c.lk.Writev(iov); err != nil {
+			c.close(err)
+			return 0
+		}
+		c.linkBuffered.Store(c.lk.OutboundBuffered() > 0)
+		if carried {
+			c.carry = nil
+		}
 	}
+	c.lastWrite.Store(c.node.now())
 	clear(o.iov[:cap(o.iov)])
 	o.policy.Flushed(now, total, cause)
 	c.stats.wireOut.Add(uint64(total))
 	c.stats.batches.Add(1)
 	c.stats.flushes[cause].Add(1)
 	return total
+}
+
+// writeDirect writes iov (total bytes) to the socket from a sender's
+// goroutine. What the kernel does not take goes to carry, and the loop is
+// scheduled to write it (gnet then buffers it and waits for the socket). It
+// reports false if the connection failed. The caller holds wmu.
+func (c *conn) writeDirect(iov [][]byte, total int) bool {
+	start := c.node.now()
+	c.fdMu.Lock()
+	n, err := -1, error(net.ErrClosed)
+	if c.fd >= 0 {
+		n, err = unix.Writev(c.fd, iov)
+	}
+	c.fdMu.Unlock()
+	cost := c.writeCost.Load()
+	c.writeCost.Store(cost + (c.node.now()-start-cost)/8)
+	if err == unix.EAGAIN || err == unix.EINTR {
+		n, err = 0, nil
+	}
+	if err != nil {
+		c.close(err)
+		_ = c.lk.Close()
+		return false
+	}
+	c.stats.direct.Add(1)
+	if n == total {
+		return true
+	}
+	c.stats.carried.Add(1)
+	for _, b := range iov {
+		if n >= len(b) {
+			n -= len(b)
+			continue
+		}
+		c.carry = append(c.carry, b[n:]...)
+		n = 0
+	}
+	c.mu.Lock()
+	c.scheduleLocked()
+	c.mu.Unlock()
+	return true
+}
+
+// setDirectFD enables direct writes on a duplicate of fd. Without one
+// (the duplication failed) every write goes through the loop.
+func (c *conn) setDirectFD(fd int) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	c.mu.Lock()
+	c.fdMu.Lock()
+	c.fd = dup
+	c.fdMu.Unlock()
+	c.mu.Unlock()
 }
 
 // close records why the connection ends and detaches it; the caller makes
@@ -633,6 +809,14 @@ func (c *conn) close(err error) {
 	if c.state.Swap(stClosed) == stClosed {
 		return
 	}
+	c.mu.Lock()
+	c.fdMu.Lock() // waits for a direct write in progress
+	if c.fd >= 0 {
+		_ = unix.Close(c.fd)
+		c.fd = -1
+	}
+	c.fdMu.Unlock()
+	c.mu.Unlock()
 	if err == nil {
 		err = io.EOF
 	}

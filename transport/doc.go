@@ -11,7 +11,13 @@
 // connection's event loop pulls runs of messages from its ready channels in
 // turn, encodes them into one DATA frame (wire), and writes it at once when
 // the socket is idle, or as soon as a previous write drains when it is busy
-// (batch.Policy). The receiving loop decodes the batch in place, checks
+// (batch.Policy). On a gnet connection that has been idle for a while (no
+// write within twice what a direct write takes, at least 5 µs), the sending
+// goroutine writes that batch to the socket itself rather than waking the
+// loop: one thread wake-up fewer per message at low and moderate rates,
+// while a fast producer, finding writes recent, leaves them to the loop and
+// its batching. A direct write the kernel takes only in part is finished by
+// the loop before anything newer. The receiving loop decodes the batch in place, checks
 // channel, epoch and sequence (lossdetect.Receiver), and hands accepted
 // runs to the target task: by default into its bounded inbox, whose handler
 // consumes them on the task's own goroutine ([Node.Handle]); or, for a

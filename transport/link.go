@@ -31,9 +31,6 @@ type link interface {
 	OutboundBuffered() int
 	// Execute runs r on the connection's loop, soon. Safe for concurrent use.
 	Execute(r gnet.Runnable) error
-	// AsyncWrite writes b from the loop, after the functions Execute'd
-	// before it; b must not change until then. Safe for concurrent use.
-	AsyncWrite(b []byte) error
 	// Close closes the connection after the functions Execute'd before it
 	// ran; the conn's close callback follows. Safe for concurrent use.
 	Close() error
@@ -47,7 +44,6 @@ func (l gnetLink) Discard(n int) (int, error)      { return l.gc.Discard(n) }
 func (l gnetLink) Write(b []byte) (int, error)     { return l.gc.Write(b) }
 func (l gnetLink) Writev(bs [][]byte) (int, error) { return l.gc.Writev(bs) }
 func (l gnetLink) OutboundBuffered() int           { return l.gc.OutboundBuffered() }
-func (l gnetLink) AsyncWrite(b []byte) error       { return l.gc.AsyncWrite(b, nil) }
 func (l gnetLink) Close() error                    { return l.gc.Close() }
 func (l gnetLink) Execute(r gnet.Runnable) error {
 	return l.gc.EventLoop().Execute(context.Background(), r)
@@ -313,13 +309,6 @@ func (l *netLink) Execute(r gnet.Runnable) error {
 	default:
 	}
 	return nil
-}
-
-func (l *netLink) AsyncWrite(b []byte) error {
-	return l.Execute(gnet.RunnableFunc(func(context.Context) error {
-		_, err := l.Write(b)
-		return err
-	}))
 }
 
 func (l *netLink) Close() error {

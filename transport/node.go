@@ -478,7 +478,7 @@ func (n *Node) shutdown(code wire.GoAwayCode) {
 	goaway := wire.AppendGoAway(nil, wire.GoAway{Code: code, Message: "node shutting down"})
 	for _, c := range conns {
 		if c.state.Load() == stOpen {
-			_ = c.lk.AsyncWrite(goaway)
+			_ = c.lk.Execute(gnet.RunnableFunc(func(context.Context) error { c.writeLast(goaway); return nil }))
 		}
 	}
 	for _, p := range n.peers() {
@@ -546,6 +546,7 @@ func (h *loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		}
 	}
 	c.lk = gnetLink{gc}
+	c.setDirectFD(gc.Fd())
 	n.timers.watchHandshake(c)
 	return c.opening(), gnet.None
 }

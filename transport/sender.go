@@ -39,6 +39,7 @@ type channel struct {
 		num      uint32 // its number on conn
 		needOpen bool   // an OPEN must precede its next data
 		queued   bool   // in conn's ready list
+		direct   *conn  // a conn the pusher is to write to itself once it unlocks (see conn.enqueue)
 		opened   bool   // was ever open on a connection
 		timerAt  int64  // when the node's timer will next call tick, 0: never
 		closed   bool
@@ -79,7 +80,7 @@ func (ch *channel) attachLocked(c *conn) {
 	ch.mu.conn, ch.mu.num = c, num
 	ch.mu.needOpen, ch.mu.opened = true, true
 	ch.mu.queued = true
-	c.enqueue(ch, ch.unsentBytesLocked())
+	c.enqueue(ch, ch.unsentBytesLocked(), false)
 	ch.scheduleLocked(now)
 }
 
@@ -116,8 +117,19 @@ func (s *Sender) TrySend(ts int64, payload []byte) error { return s.ch.push(ts, 
 func (ch *channel) push(ts int64, payload []byte) error {
 	ch.mu.Lock()
 	err := ch.pushLocked(ts, payload)
-	ch.mu.Unlock()
+	ch.unlockAndWrite()
 	return err
+}
+
+// unlockAndWrite releases ch.mu and then, if a push found the connection
+// idle, writes the batch from this goroutine.
+func (ch *channel) unlockAndWrite() {
+	c := ch.mu.direct
+	ch.mu.direct = nil
+	ch.mu.Unlock()
+	if c != nil {
+		c.flushDirect()
+	}
 }
 
 // pushLocked puts one message into the window and makes sure the
@@ -145,7 +157,9 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 	ch.mu.bytes += uint64(size)
 	if c := ch.mu.conn; c != nil && !ch.mu.queued && ch.mu.trk.CanSend() {
 		ch.mu.queued = true
-		c.enqueue(ch, len(payload))
+		if c.enqueue(ch, len(payload), true) {
+			ch.mu.direct = c
+		}
 	}
 	return nil
 }
@@ -207,7 +221,7 @@ func (s *Sender) SendRun(ctx context.Context, msgs []wire.Message) (int, error) 
 func (s *Sender) TrySendRun(msgs []wire.Message) (int, error) {
 	ch := s.ch
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
+	defer ch.unlockAndWrite()
 	for i, m := range msgs {
 		if err := ch.pushLocked(m.Ts, m.Payload); err != nil {
 			return i, err
@@ -425,7 +439,7 @@ func (ch *channel) onAck(c *conn, a wire.Ack) {
 	drained := ch.mu.win.Acked() == ch.mu.win.NextSeq()
 	if !ch.mu.queued && ch.mu.trk.CanSend() && ch.mu.win.Unsent() > 0 {
 		ch.mu.queued = true
-		c.enqueue(ch, 0)
+		c.enqueue(ch, 0, false)
 	}
 	ch.scheduleLocked(now)
 	ch.mu.Unlock()

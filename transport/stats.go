@@ -67,9 +67,14 @@ type ConnStats struct {
 	MessagesOut uint64 `json:"messages_out"`
 	WireOut     uint64 `json:"wire_bytes_out"`
 	Batches     uint64 `json:"batches"`
-	MessagesIn  uint64 `json:"messages_in"`
-	BytesIn     uint64 `json:"payload_bytes_in"`
-	WireIn      uint64 `json:"wire_bytes_in"`
+	// DirectWrites counts the batches a sender wrote to the socket itself
+	// because the connection was idle (no loop wake-up); Carried, those of
+	// them the kernel took only in part, the rest going out from the loop.
+	DirectWrites uint64 `json:"direct_writes"`
+	Carried      uint64 `json:"carried"`
+	MessagesIn   uint64 `json:"messages_in"`
+	BytesIn      uint64 `json:"payload_bytes_in"`
+	WireIn       uint64 `json:"wire_bytes_in"`
 	// Flushes counts batches by why they were cut: idle, full, linger,
 	// write-done, explicit.
 	Flushes    map[string]uint64 `json:"flushes"`
@@ -82,6 +87,8 @@ func (s *ConnStats) add(o ConnStats) {
 	s.MessagesOut += o.MessagesOut
 	s.WireOut += o.WireOut
 	s.Batches += o.Batches
+	s.DirectWrites += o.DirectWrites
+	s.Carried += o.Carried
 	s.MessagesIn += o.MessagesIn
 	s.BytesIn += o.BytesIn
 	s.WireIn += o.WireIn
@@ -98,19 +105,21 @@ func (s *ConnStats) add(o ConnStats) {
 
 func (c *conn) snapshot() ConnStats {
 	s := ConnStats{
-		Remote:      c.remote,
-		NodeID:      fmt.Sprintf("%x", c.remoteID.Load()),
-		Dialed:      c.peer != nil,
-		MessagesOut: c.stats.msgsOut.Load(),
-		WireOut:     c.stats.wireOut.Load(),
-		Batches:     c.stats.batches.Load(),
-		MessagesIn:  c.stats.msgsIn.Load(),
-		BytesIn:     c.stats.bytesIn.Load(),
-		WireIn:      c.stats.wireIn.Load(),
-		Stale:       c.stats.stale.Load(),
-		Duplicates:  c.stats.dupIn.Load(),
-		Gaps:        c.stats.gapIn.Load(),
-		Flushes:     make(map[string]uint64, batch.NumCauses),
+		Remote:       c.remote,
+		NodeID:       fmt.Sprintf("%x", c.remoteID.Load()),
+		Dialed:       c.peer != nil,
+		MessagesOut:  c.stats.msgsOut.Load(),
+		WireOut:      c.stats.wireOut.Load(),
+		Batches:      c.stats.batches.Load(),
+		DirectWrites: c.stats.direct.Load(),
+		Carried:      c.stats.carried.Load(),
+		MessagesIn:   c.stats.msgsIn.Load(),
+		BytesIn:      c.stats.bytesIn.Load(),
+		WireIn:       c.stats.wireIn.Load(),
+		Stale:        c.stats.stale.Load(),
+		Duplicates:   c.stats.dupIn.Load(),
+		Gaps:         c.stats.gapIn.Load(),
+		Flushes:      make(map[string]uint64, batch.NumCauses),
 	}
 	for i := range c.stats.flushes {
 		if v := c.stats.flushes[i].Load(); v > 0 {

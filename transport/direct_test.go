@@ -1,0 +1,138 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/panjf2000/gnet/v2"
+	"golang.org/x/sys/unix"
+)
+
+// recLink is a link that records what the loop writes.
+type recLink struct {
+	wrote    []byte
+	executed int
+}
+
+func (l *recLink) Peek(int) ([]byte, error)    { return nil, nil }
+func (l *recLink) Discard(int) (int, error)    { return 0, nil }
+func (l *recLink) Write(b []byte) (int, error) { l.wrote = append(l.wrote, b...); return len(b), nil }
+func (l *recLink) Writev(bs [][]byte) (int, error) {
+	n := 0
+	for _, b := range bs {
+		l.wrote = append(l.wrote, b...)
+		n += len(b)
+	}
+	return n, nil
+}
+func (l *recLink) OutboundBuffered() int         { return 0 }
+func (l *recLink) Execute(r gnet.Runnable) error { l.executed++; return nil }
+func (l *recLink) Close() error                  { return errors.New("not closable") }
+
+// A direct write the kernel takes only in part leaves the rest in carry,
+// schedules the loop, and the loop writes the rest before anything newer:
+// the byte stream is exactly what was written, in order.
+func TestADirectWriteTakenInPartIsFinishedByTheLoopFirst(t *testing.T) {
+	n, err := NewNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Abort()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[1])
+	_ = unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
+	c := newConn(n, nil, 0)
+	lk := &recLink{}
+	c.lk = lk
+	c.fd = fds[0]
+	c.state.Store(stOpen)
+	defer c.close(context.Canceled)
+
+	first := bytes.Repeat([]byte("0123456789abcdef"), 1<<14) // 256 KiB: more than the socket holds
+	c.wmu.Lock()
+	if !c.writeDirect([][]byte{first[:1000], first[1000:]}, len(first)) {
+		t.Fatal("the direct write failed")
+	}
+	c.wmu.Unlock()
+	if len(c.carry) == 0 || len(c.carry) >= len(first) {
+		t.Fatalf("carry holds %d of %d bytes, want a proper tail", len(c.carry), len(first))
+	}
+	if c.stats.direct.Load() != 1 || c.stats.carried.Load() != 1 {
+		t.Errorf("direct %d, carried %d, want 1 and 1", c.stats.direct.Load(), c.stats.carried.Load())
+	}
+	if lk.executed == 0 {
+		t.Error("the loop was not scheduled to write the rest")
+	}
+	// Something newer is queued behind it: a control frame.
+	c.sendCtrl(func(b []byte) []byte { return append(b, "NEWER"...) }, false)
+
+	// A direct writer must now leave the writing to the loop.
+	c.wmu.Lock()
+	c.flushLocked(true)
+	c.wmu.Unlock()
+	if len(lk.wrote) != 0 || c.stats.direct.Load() != 1 {
+		t.Fatal("a direct write went ahead of the carried bytes")
+	}
+
+	got := make([]byte, 0, len(first))
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := unix.Read(fds[1], buf)
+		if k <= 0 || err != nil {
+			break
+		}
+		got = append(got, buf[:k]...)
+	}
+	c.flush() // the loop
+	got = append(got, lk.wrote...)
+	want := append(append([]byte(nil), first...), "NEWER"...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the stream has %d bytes, want %d, or differs in content", len(got), len(want))
+	}
+	if len(c.carry) != 0 {
+		t.Error("carry was not emptied")
+	}
+}
+
+// Closing the connection closes the duplicate descriptor of direct writes,
+// so a later direct write fails cleanly instead of reaching whatever socket
+// reuses the number.
+func TestClosingAConnectionEndsItsDirectWrites(t *testing.T) {
+	n, err := NewNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Abort()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	c := newConn(n, nil, 0)
+	c.lk = &recLink{}
+	c.setDirectFD(fds[0])
+	if c.fd < 0 || c.fd == fds[0] {
+		t.Fatalf("direct fd %d, want a duplicate of %d", c.fd, fds[0])
+	}
+	dup := c.fd
+	c.state.Store(stOpen)
+	c.close(context.Canceled)
+	if c.fd != -1 {
+		t.Fatal("the duplicate was not released")
+	}
+	if _, err := unix.FcntlInt(uintptr(dup), unix.F_GETFD, 0); err == nil {
+		t.Error("the duplicate descriptor is still open")
+	}
+	c.wmu.Lock()
+	ok := c.writeDirect([][]byte{[]byte("late")}, 4)
+	c.wmu.Unlock()
+	if ok {
+		t.Error("a direct write after close succeeded")
+	}
+}
