@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/lossdetect"
 	"github.com/sluicehq/sluice/taskid"
@@ -44,6 +45,11 @@ type channel struct {
 		timerAt  int64  // when the node's timer will next call tick, 0: never
 		closed   bool
 	}
+	// wakeAt mirrors mu.timerAt for the timer goroutine, which skips, without
+	// taking mu, the deadlines a channel no longer wants (most of them with
+	// many channels: an ack usually answers a request long before its
+	// timeout).
+	wakeAt atomic.Int64
 }
 
 func newChannel(p *Peer, key taskid.Channel, slot int) *channel {
@@ -462,12 +468,17 @@ func (ch *channel) scheduleLocked(now int64) {
 	}
 	at, ok := ch.mu.trk.NextDeadline()
 	if !ok {
+		if ch.mu.timerAt != 0 {
+			ch.mu.timerAt = 0 // the pending wake-up is not needed
+			ch.wakeAt.Store(0)
+		}
 		return
 	}
 	if ch.mu.timerAt != 0 && ch.mu.timerAt <= at {
 		return // an earlier wake-up will look again
 	}
 	ch.mu.timerAt = at
+	ch.wakeAt.Store(at)
 	ch.peer.node.timers.wakeChannel(ch, at)
 }
 
@@ -476,6 +487,7 @@ func (ch *channel) scheduleLocked(now int64) {
 func (ch *channel) tick(now int64) {
 	ch.mu.Lock()
 	ch.mu.timerAt = 0
+	ch.wakeAt.Store(0)
 	if ch.mu.closed || ch.mu.trk == nil {
 		ch.mu.Unlock()
 		return

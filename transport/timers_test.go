@@ -62,6 +62,7 @@ func TestWheelExpiresEachDeadlineOnceNeverEarlyAtMostASlotLate(t *testing.T) {
 				d = -r.Int64N(1_000_000)
 			}
 			at[&chans[i]] = now + d
+			chans[i].wakeAt.Store(now + d)
 			w.add(deadline{at: now + d, ch: &chans[i]})
 		}
 		var due []*channel
@@ -119,6 +120,7 @@ func TestWheelReusesItsNodes(t *testing.T) {
 	var due []*channel
 	round := func() {
 		for i := range chans {
+			chans[i].wakeAt.Store(now + int64(i%7)*slot)
 			w.add(deadline{at: now + int64(i%7)*slot, ch: &chans[i]})
 		}
 		now += 8 * slot
@@ -130,5 +132,26 @@ func TestWheelReusesItsNodes(t *testing.T) {
 	round()
 	if a := testing.AllocsPerRun(50, round); a != 0 {
 		t.Fatalf("a round of 100 deadlines allocates %.0f objects", a)
+	}
+}
+
+// A deadline its channel no longer wants (wakeAt changed or cleared) is
+// dropped at expiry without calling the channel.
+func TestWheelSkipsDeadlinesNoLongerWanted(t *testing.T) {
+	const slot = int64(1) << wheelShift
+	w := newWheel(0)
+	chans := make([]channel, 3)
+	for i := range chans {
+		chans[i].wakeAt.Store(slot)
+		w.add(deadline{at: slot, ch: &chans[i]})
+	}
+	chans[1].wakeAt.Store(0)        // answered: no wake-up wanted
+	chans[2].wakeAt.Store(slot / 2) // moved earlier: its own entry fires it
+	due := w.expire(4*slot, nil)
+	if len(due) != 1 || due[0] != &chans[0] {
+		t.Fatalf("expired %d channels, want only the first", len(due))
+	}
+	if _, ok := w.next(); ok {
+		t.Error("skipped deadlines still occupy the wheel")
 	}
 }

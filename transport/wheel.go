@@ -72,7 +72,8 @@ func (w *wheel) add(d deadline) {
 }
 
 // expire appends to due the channel of every deadline whose slot ended at or
-// before now, and returns due.
+// before now and that its channel still wants (its wakeAt is the
+// deadline's time), and returns due.
 func (w *wheel) expire(now int64, due []*channel) []*channel {
 	end := now >> wheelShift // every slot tick below end has ended
 	for w.cur < end {
@@ -88,7 +89,9 @@ func (w *wheel) expire(now int64, due []*channel) []*channel {
 			i := w.cur & wheelMask
 			for k := w.heads[i]; k >= 0; {
 				nd := &w.nodes[k]
-				due = append(due, nd.d.ch)
+				if nd.d.ch.wakeAt.Load() == nd.d.at {
+					due = append(due, nd.d.ch)
+				}
 				next := nd.next
 				*nd = wheelNode{next: w.free} // drop the channel pointer
 				w.free = k
