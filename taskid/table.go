@@ -51,8 +51,9 @@ type Table struct {
 }
 
 type entry struct {
-	ch   Channel
-	used bool
+	ch      Channel
+	used    bool
+	retired bool // closed, its number held back from reuse until Remove
 }
 
 // NewTable returns an empty table that holds at most max open channels.
@@ -124,7 +125,7 @@ func (t *Table) Bind(num uint32, ch Channel) error {
 
 // Lookup returns the channel open under num.
 func (t *Table) Lookup(num uint32) (Channel, error) {
-	if int64(num) >= int64(len(t.entries)) || !t.entries[num].used {
+	if int64(num) >= int64(len(t.entries)) || !t.entries[num].used || t.entries[num].retired {
 		return Channel{}, fmt.Errorf("%w: %d", ErrUnknownChannel, num)
 	}
 	return t.entries[num].ch, nil
@@ -136,12 +137,33 @@ func (t *Table) Number(ch Channel) (uint32, bool) {
 	return n, ok
 }
 
-// Remove closes the channel under num and frees the number for reuse.
+// Retire closes the channel under num but holds the number back from reuse
+// until Remove: frames about the old channel may still be on their way, and
+// must not be taken for a new channel's. Lookup fails for a retired number;
+// Assign of the same channel gets a new number.
+func (t *Table) Retire(num uint32) error {
+	if int64(num) >= int64(len(t.entries)) || !t.entries[num].used || t.entries[num].retired {
+		return fmt.Errorf("%w: %d", ErrUnknownChannel, num)
+	}
+	delete(t.byChan, t.entries[num].ch)
+	t.entries[num].retired = true
+	return nil
+}
+
+// Retired reports whether num is held back by Retire.
+func (t *Table) Retired(num uint32) bool {
+	return int64(num) < int64(len(t.entries)) && t.entries[num].retired
+}
+
+// Remove closes the channel under num (or ends a Retire) and frees the
+// number for reuse.
 func (t *Table) Remove(num uint32) error {
 	if int64(num) >= int64(len(t.entries)) || !t.entries[num].used {
 		return fmt.Errorf("%w: %d", ErrUnknownChannel, num)
 	}
-	delete(t.byChan, t.entries[num].ch)
+	if !t.entries[num].retired {
+		delete(t.byChan, t.entries[num].ch)
+	}
 	t.entries[num] = entry{}
 	// A receiving table (Bind only) never pops free, so bound it: a peer
 	// that opens and closes forever must not grow it. Each number is in

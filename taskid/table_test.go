@@ -184,3 +184,43 @@ func TestChannelString(t *testing.T) {
 		t.Fatalf("String() = %q", s)
 	}
 }
+
+func TestARetiredNumberIsNotReusedUntilRemoved(t *testing.T) {
+	tb := NewTable(0)
+	a := Channel{Source: ID{Index: 1}, Target: ID{Index: 2}, Epoch: 1}
+	b := Channel{Source: ID{Index: 3}, Target: ID{Index: 4}, Epoch: 1}
+	na, _, _ := tb.Assign(a)
+	if err := tb.Retire(na); err != nil {
+		t.Fatal(err)
+	}
+	if !tb.Retired(na) {
+		t.Fatal("not retired")
+	}
+	if _, err := tb.Lookup(na); err == nil {
+		t.Error("a retired number still looks up")
+	}
+	if err := tb.Retire(na); err == nil {
+		t.Error("retired twice")
+	}
+	nb, _, _ := tb.Assign(b)
+	if nb == na {
+		t.Fatalf("number %d reused while retired", na)
+	}
+	na2, isNew, _ := tb.Assign(a)
+	if na2 == na || !isNew {
+		t.Fatalf("the retired channel got %d (new %v), want a new number", na2, isNew)
+	}
+	if err := tb.Remove(na); err != nil {
+		t.Fatal(err)
+	}
+	if tb.Retired(na) {
+		t.Error("still retired after Remove")
+	}
+	if got, ok := tb.Number(a); !ok || got != na2 {
+		t.Errorf("Remove of the retired number dropped the channel's new number: %d %v", got, ok)
+	}
+	c := Channel{Source: ID{Index: 5}, Target: ID{Index: 6}, Epoch: 1}
+	if nc, _, _ := tb.Assign(c); nc != na {
+		t.Errorf("the freed number %d was not reused (got %d)", na, nc)
+	}
+}

@@ -115,7 +115,11 @@ type conn struct {
 		closed    bool
 		outTable  *taskid.Table
 		outByNum  []*channel
-		inj       *injector // control-frame faults, used under mu
+		// retired are closed channels' numbers, held back from reuse until
+		// a PONG to a PING sent after their CLOSE shows that no ack for
+		// them can still be on its way.
+		retired []retiredNum
+		inj     *injector // control-frame faults, used under mu
 	}
 
 	done     chan struct{} // closed when the connection is gone
@@ -321,6 +325,9 @@ func (c *conn) handle(f wire.Frame) error {
 		if err := c.in.table.Remove(cl.Channel); err != nil {
 			return err
 		}
+		if ic := c.in.byNum[cl.Channel]; ic != nil && !ic.stale {
+			ic.rs.detach(c, cl.Channel)
+		}
 		c.in.byNum[cl.Channel] = nil
 		return nil
 	case wire.FrameAckRequest:
@@ -373,8 +380,12 @@ func (c *conn) handle(f wire.Frame) error {
 		c.sendCtrl(func(b []byte) []byte { return wire.AppendPong(b, v) }, true)
 		return nil
 	case wire.FramePong:
-		_, err := wire.ParsePing(f.Body)
-		return err
+		v, err := wire.ParsePing(f.Body)
+		if err != nil {
+			return err
+		}
+		c.releaseRetired(int64(v))
+		return nil
 	case wire.FrameGoAway:
 		g, err := wire.ParseGoAway(f.Body)
 		if err != nil {
@@ -389,6 +400,9 @@ func (c *conn) handle(f wire.Frame) error {
 func (c *conn) outLookup(num uint32) (taskid.Channel, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.mu.outTable.Retired(num) {
+		return taskid.Channel{}, nil // an ack of a closed channel
+	}
 	ch, err := c.mu.outTable.Lookup(num)
 	if err != nil {
 		return ch, fmt.Errorf("%w (in an ACK)", err)
@@ -843,4 +857,49 @@ func (c *conn) close(err error) {
 		c.node.log.Warn("sluice: connection closed", "remote", c.remote, "node", fmt.Sprintf("%x", c.remoteID.Load()), "err", err)
 	}
 	close(c.done)
+}
+
+type retiredNum struct {
+	num   uint32
+	token int64 // the PING sent after its CLOSE
+}
+
+// retire closes channel number num on c (the caller sends the CLOSE) and
+// holds the number back until a PONG answers a PING sent after it. The
+// caller holds c.mu.
+func (c *conn) retireLocked(num uint32) (ping int64) {
+	if c.mu.outTable == nil || c.mu.outTable.Retire(num) != nil {
+		return 0
+	}
+	if int(num) < len(c.mu.outByNum) {
+		c.mu.outByNum[num] = nil
+	}
+	ping = c.node.now()
+	c.mu.retired = append(c.mu.retired, retiredNum{num: num, token: ping})
+	return ping
+}
+
+// releaseRetired frees the numbers retired before the PING that PONG v
+// answers: the receiver sent the PONG after it had read their CLOSEs, after
+// which it acks them no more, and TCP delivers in order.
+func (c *conn) releaseRetired(v int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keep := c.mu.retired[:0]
+	for _, r := range c.mu.retired {
+		if r.token <= v {
+			_ = c.mu.outTable.Remove(r.num)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	clear(c.mu.retired[len(keep):])
+	c.mu.retired = keep
+}
+
+// hasRetired reports whether numbers wait for a PONG.
+func (c *conn) hasRetired() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.mu.retired) > 0
 }

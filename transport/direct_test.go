@@ -5,9 +5,13 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
 )
 
 // recLink is a link that records what the loop writes.
@@ -134,5 +138,85 @@ func TestClosingAConnectionEndsItsDirectWrites(t *testing.T) {
 	c.wmu.Unlock()
 	if ok {
 		t.Error("a direct write after close succeeded")
+	}
+}
+
+// A closed channel's number is not given to a new channel until the
+// receiver has answered a PING sent after the CLOSE: an ack of the old
+// channel still on its way must never be taken for the new one's. Acks that
+// arrive for the closed number meanwhile are dropped without a protocol
+// error.
+func TestAClosedChannelsNumberWaitsForAPongBeforeReuse(t *testing.T) {
+	rx, _, p := newPair(t, nil, nil)
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	ctx := ctxT(t, 20*time.Second)
+	a, err := p.OpenSender(ctx, taskid.ID{Index: 1}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if err := a.Send(ctx, 0, payload(uint64(i), 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	c := p.mu.conns[0]
+	p.mu.Unlock()
+	num := func(s *Sender) uint32 {
+		s.ch.mu.Lock()
+		defer s.ch.mu.Unlock()
+		return s.ch.mu.num
+	}
+	old := num(a)
+	c.mu.Lock()
+	held := c.retireLocked(old) // as Close does, but without its PING: nothing releases it
+	c.mu.Unlock()
+	if held == 0 {
+		t.Fatal("the number was not retired")
+	}
+	// A late ack under the retired number is harmless.
+	if err := c.handle(wire.Frame{Type: wire.FrameAck, Body: wire.AppendAck(nil, wire.Ack{Channel: old, Epoch: 0, Next: 100})[wire.HeaderLen:]}); err != nil {
+		t.Fatalf("a late ack of a closed channel: %v", err)
+	}
+	b, err := p.OpenSender(ctx, taskid.ID{Index: 2}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if num(b) == old {
+		t.Fatalf("channel number %d reused before the PONG", old)
+	}
+	c.releaseRetired(held) // the PONG
+	d, err := p.OpenSender(ctx, taskid.ID{Index: 3}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if num(d) != old {
+		t.Errorf("after the PONG the freed number %d was not reused (got %d)", old, num(d))
+	}
+	for _, s := range []*Sender{b, d} {
+		for i := range 100 {
+			if err := s.Send(ctx, 0, payload(uint64(i), 100)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	col.check(t, 300)
+	// Close sends CLOSE and a PING; the PONG frees the number.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for c.hasRetired() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if c.hasRetired() {
+		t.Error("the PONG never freed the closed channel's number")
 	}
 }

@@ -51,26 +51,31 @@ func (rs *recvState) onOpen(c *conn, o wire.Open, ic *inChan) {
 }
 
 // answerLocked sends every ack the receiver has ready (an Open ack comes
-// before a request's) and unlocks rs.mu.
+// before a request's) and unlocks rs.mu. The acks are queued before the
+// lock is released, so that none goes out under a channel number after
+// detach (lock order: rs.mu, then conn.mu).
 func (rs *recvState) answerLocked() {
-	var acks [2]lossdetect.Ack
-	n := 0
-	for n < len(acks) {
+	defer rs.mu.Unlock()
+	conn, num := rs.mu.conn, rs.mu.num
+	for {
 		a, ok := rs.mu.r.Answer()
 		if !ok {
-			break
+			return
 		}
-		acks[n] = a
-		n++
+		if conn != nil {
+			conn.sendAck(num, a)
+		}
 	}
-	conn, num := rs.mu.conn, rs.mu.num
+}
+
+// detach stops acks from going out under channel number num of c, which the
+// source closed: it may already give the number to another channel.
+func (rs *recvState) detach(c *conn, num uint32) {
+	rs.mu.Lock()
+	if rs.mu.conn == c && rs.mu.num == num {
+		rs.mu.conn = nil
+	}
 	rs.mu.Unlock()
-	if conn == nil {
-		return
-	}
-	for _, a := range acks[:n] {
-		conn.sendAck(num, a)
-	}
 }
 
 func (rs *recvState) onAckRequest(c *conn, r wire.AckRequest) {

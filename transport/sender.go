@@ -305,14 +305,13 @@ func (s *Sender) Close() error {
 	ch.peer.removeChannel(ch)
 	if wasOpen && c != nil {
 		c.mu.Lock()
-		if c.mu.outTable != nil {
-			_ = c.mu.outTable.Remove(num)
-			if int(num) < len(c.mu.outByNum) {
-				c.mu.outByNum[num] = nil
-			}
-		}
+		ping := c.retireLocked(num)
 		c.mu.Unlock()
 		c.sendCtrl(func(b []byte) []byte { return wire.AppendClose(b, wire.Close{Channel: num}) }, false)
+		if ping != 0 {
+			v := uint64(ping)
+			c.sendCtrl(func(b []byte) []byte { return wire.AppendPing(b, v) }, true)
+		}
 	}
 	return nil
 }

@@ -261,7 +261,10 @@ func (t *timers) housekeep(now int64) {
 			n.abort(c, ErrIdleTimeout)
 			continue
 		}
-		if n.o.pingInterval > 0 && idle > n.o.pingInterval && c.peer != nil {
+		// A dialed connection pings when idle, and while closed channels'
+		// numbers wait for a PONG (the PING after their CLOSE may have
+		// been lost).
+		if c.peer != nil && ((n.o.pingInterval > 0 && idle > n.o.pingInterval) || c.hasRetired()) {
 			v := uint64(now)
 			c.sendCtrl(func(b []byte) []byte { return wire.AppendPing(b, v) }, true)
 		}
