@@ -38,7 +38,8 @@ $lg run --scenario pipeline --size 100 --duration 10s --nodes 2 --out $out/pipel
 # crashes across 3 processes, and with a process SIGKILLed every 3 s. Each
 # output must equal the clean one.
 input=/tmp/sluice-wc-input.txt
-find /usr/local/go/src -name '*.go' | LC_ALL=C sort | head -3000 | xargs cat > $input
+# (sed, not head: head would stop reading early and, with pipefail, SIGPIPE would end the script)
+find /usr/local/go/src -name '*.go' | LC_ALL=C sort | sed -n '1,3000p' | xargs cat > $input
 $lg run --scenario wordcount --input $input --output /tmp/sluice-wc-clean.tsv --out $out/wordcount --json > /dev/null
 $lg run --scenario wordcount --input $input --output /tmp/sluice-wc-faults.tsv --nodes 3 \
 	--faults drop=0.02,ctrldrop=0.02,dup=0.01,reset=1s,crash=2s --seed 5 --out $out/wordcount-faults --json > /dev/null

@@ -518,6 +518,10 @@ func (c *conn) sendCtrl(appendFrame func([]byte) []byte, faulty bool) {
 // system call per message.
 const directGap = int64(5 * time.Microsecond)
 
+// directMaxUnacked is the most messages a channel may have unacknowledged
+// (this one included) for its sender to write directly.
+const directMaxUnacked = 64
+
 // enqueue marks ch ready to send on c. The caller holds ch.mu and has
 // checked that ch is not queued already. It reports whether the caller,
 // once it has released ch.mu, should write the batch itself with

@@ -163,7 +163,10 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 	ch.mu.bytes += uint64(size)
 	if c := ch.mu.conn; c != nil && !ch.mu.queued && ch.mu.trk.CanSend() {
 		ch.mu.queued = true
-		if c.enqueue(ch, len(payload), true) {
+		// A channel with many messages unacknowledged is streaming: its
+		// batches are the loop's to gather, not one message per write.
+		inflight, _ := ch.mu.win.Retained()
+		if c.enqueue(ch, len(payload), inflight <= directMaxUnacked) {
 			ch.mu.direct = c
 		}
 	}
