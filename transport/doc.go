@@ -12,9 +12,9 @@
 // turn, encodes them into one DATA frame (wire), and writes it at once when
 // the socket is idle, or as soon as a previous write drains when it is busy
 // (batch.Policy). On a gnet connection that has been idle for a while (no
-// write within twice what a direct write takes, at least 5 µs), the sending
-// goroutine writes that batch to the socket itself rather than waking the
-// loop: one thread wake-up fewer per message at low and moderate rates,
+// write within twice what a direct write takes, at least 5 µs), for a
+// channel with few messages unacknowledged, the sending goroutine writes
+// that batch to the socket itself rather than waking the loop: one thread wake-up fewer per message at low and moderate rates,
 // while a fast producer, finding writes recent, leaves them to the loop and
 // its batching. A direct write the kernel takes only in part is finished by
 // the loop before anything newer. The receiving loop decodes the batch in place, checks
