@@ -35,25 +35,34 @@ func (l *recLink) OutboundBuffered() int         { return 0 }
 func (l *recLink) Execute(r gnet.Runnable) error { l.executed++; return nil }
 func (l *recLink) Close() error                  { return errors.New("not closable") }
 
-// A direct write the kernel takes only in part leaves the rest in carry,
-// schedules the loop, and the loop writes the rest before anything newer:
-// the byte stream is exactly what was written, in order.
-func TestADirectWriteTakenInPartIsFinishedByTheLoopFirst(t *testing.T) {
+// socketConn returns a conn of a fresh node whose link records the loop's
+// writes, and a connected pair of non-blocking sockets, closed at the end
+// of the test (the conn's end is fds[0]).
+func socketConn(t *testing.T) (*conn, *recLink, [2]int) {
+	t.Helper()
 	n, err := NewNode()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer n.Abort()
+	t.Cleanup(n.Abort)
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(fds[1])
-	_ = unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
+	t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
 	c := newConn(n, nil, 0)
 	lk := &recLink{}
 	c.lk = lk
-	c.fd = fds[0]
+	return c, lk, [2]int{fds[0], fds[1]}
+}
+
+// A direct write the kernel takes only in part leaves the rest in carry,
+// schedules the loop, and the loop writes the rest before anything newer:
+// the byte stream is exactly what was written, in order.
+func TestADirectWriteTakenInPartIsFinishedByTheLoopFirst(t *testing.T) {
+	c, lk, fds := socketConn(t)
+	_ = unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
+	c.setDirectFD(fds[0])
 	c.state.Store(stOpen)
 	defer c.close(context.Canceled)
 
@@ -107,19 +116,7 @@ func TestADirectWriteTakenInPartIsFinishedByTheLoopFirst(t *testing.T) {
 // so a later direct write fails cleanly instead of reaching whatever socket
 // reuses the number.
 func TestClosingAConnectionEndsItsDirectWrites(t *testing.T) {
-	n, err := NewNode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer n.Abort()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fds[0])
-	defer unix.Close(fds[1])
-	c := newConn(n, nil, 0)
-	c.lk = &recLink{}
+	c, _, fds := socketConn(t)
 	c.setDirectFD(fds[0])
 	if c.fd < 0 || c.fd == fds[0] {
 		t.Fatalf("direct fd %d, want a duplicate of %d", c.fd, fds[0])
