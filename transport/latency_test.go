@@ -14,14 +14,21 @@ import (
 // BenchmarkTransportPingPong measures the round trip of one 100-byte
 // message there and back through two nodes, each way a channel of its own.
 // Compare with BenchmarkPlainTCPPingPong from the same run.
-func BenchmarkTransportPingPong(b *testing.B) { benchPingPong(b) }
+func BenchmarkTransportPingPong(b *testing.B) { benchPingPong(b, false) }
+
+// BenchmarkTransportPingPongInline is BenchmarkTransportPingPong with both
+// tasks inline (Node.HandleInline): the echo is sent from the receiving
+// loop, and, the connection being idle, written to the socket there.
+func BenchmarkTransportPingPongInline(b *testing.B) { benchPingPong(b, true) }
 
 // BenchmarkTransportPingPongNetBackend is BenchmarkTransportPingPong on the
 // net-package backend, whose connections park in Go's netpoller instead of
 // blocking an event loop's thread in epoll_wait.
-func BenchmarkTransportPingPongNetBackend(b *testing.B) { benchPingPong(b, WithBackend(BackendNet)) }
+func BenchmarkTransportPingPongNetBackend(b *testing.B) {
+	benchPingPong(b, false, WithBackend(BackendNet))
+}
 
-func benchPingPong(b *testing.B, opts ...Option) {
+func benchPingPong(b *testing.B, inline bool, opts ...Option) {
 	a, err := NewNode(append([]Option{WithListen("127.0.0.1:0")}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
@@ -44,13 +51,17 @@ func benchPingPong(b *testing.B, opts ...Option) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_ = z.Handle(taskid.ID{Processor: 1}, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+	zh, ah := z.Handle, a.Handle
+	if inline {
+		zh, ah = z.HandleInline, a.HandleInline
+	}
+	_ = zh(taskid.ID{Processor: 1}, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
 		for _, m := range msgs {
 			_ = back.Send(ctx, m.Ts, m.Payload)
 		}
 	})
 	pong := make(chan struct{}, 1)
-	_ = a.Handle(taskid.ID{}, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+	_ = ah(taskid.ID{}, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
 		for range msgs {
 			pong <- struct{}{}
 		}

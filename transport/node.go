@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -556,7 +557,15 @@ func (h *loopHandler) OnTraffic(gc gnet.Conn) gnet.Action {
 	if !ok {
 		return gnet.Close
 	}
-	return c.onTraffic()
+	a := c.onTraffic()
+	// gnet's loop goes back to epoll_wait next, a system call in which its
+	// thread keeps its P until the runtime's monitor takes it back (20 µs to
+	// 10 ms later). A goroutine this callback woke (a sender given credit,
+	// an inbox given a run, a task's waiter) sits in this P's run queue
+	// meanwhile. Yielding here runs it now; the loop resumes right after.
+	// On two cores it raised one channel's throughput by a fifth to a third.
+	runtime.Gosched()
+	return a
 }
 
 func (h *loopHandler) OnClose(gc gnet.Conn, err error) gnet.Action {
