@@ -40,11 +40,7 @@ func (l *recLink) Close() error                  { return errors.New("not closab
 // of the test (the conn's end is fds[0]).
 func socketConn(t *testing.T) (*conn, *recLink, [2]int) {
 	t.Helper()
-	n, err := NewNode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(n.Abort)
+	n := testNode(t)
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -108,11 +108,7 @@ var (
 // in order.
 func legitFlow(t *testing.T, rx *Node, n int, txOpts ...Option) (wait func()) {
 	t.Helper()
-	tx, err := NewNode(txOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tx.Abort)
+	tx := testNode(t, txOpts...)
 	p, err := tx.Peer(rx.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -256,11 +252,7 @@ func recordingProxy(t *testing.T, addr string) (proxyAddr string, recorded func(
 
 func TestAReplayedHandshakeFails(t *testing.T) {
 	forPlainBackends(t, func(t *testing.T, be []Option) {
-		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithKey(testKey)}, be...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rx.Abort)
+		rx := listeningNode(t, be, WithKey(testKey))
 		// Record an honest dialer's whole handshake through a proxy.
 		proxy, recorded := recordingProxy(t, rx.Addr())
 		tx, err := NewNode(append([]Option{WithKey(testKey)}, be...)...)
@@ -297,11 +289,7 @@ func TestAReplayedHandshakeFails(t *testing.T) {
 
 func TestHostilePeersUnderAuthentication(t *testing.T) {
 	forPlainBackends(t, func(t *testing.T, be []Option) {
-		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithKey(testKey), WithHandshakeTimeout(300 * time.Millisecond)}, be...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rx.Abort)
+		rx := listeningNode(t, be, WithKey(testKey), WithHandshakeTimeout(300*time.Millisecond))
 		wait := legitFlow(t, rx, 5000, append([]Option{WithKey(testKey)}, be...)...)
 		authPreface := wire.AppendPreface(nil, wire.Preface{Flags: wire.FlagAuth, NodeID: 7})
 		cases := []struct {
@@ -362,22 +350,13 @@ func TestHostilePeersUnderAuthentication(t *testing.T) {
 
 func TestAFloodOfOpensIsBoundedByTheChannelLimit(t *testing.T) {
 	forPlainBackends(t, func(t *testing.T, be []Option) {
-		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithMaxChannels(100)}, be...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rx.Abort)
+		rx := listeningNode(t, be, WithMaxChannels(100))
 		wait := legitFlow(t, rx, 5000, be...)
 		b := goodPreface()
 		for i := range 10000 {
 			b = wire.AppendOpen(b, wire.Open{Channel: uint32(i), Source: taskid.ID{Processor: 9, Index: uint32(i)}, Target: taskid.ID{Processor: 9, Index: uint32(i)}})
 		}
-		c := rawConn(t, rx.Addr())
-		go func() { _, _ = c.Write(b) }()
-		g, ok := readGoAway(t, c)
-		if !ok || g.Code != wire.GoAwayLimit {
-			t.Fatalf("GOAWAY %v (%q), want LIMIT", g.Code, g.Message)
-		}
+		sendExpectingLimit(t, rx.Addr(), b)
 		wait()
 		if rx.Stats(false).Refused.Limits == 0 {
 			t.Error("the limit was not counted")
@@ -387,11 +366,7 @@ func TestAFloodOfOpensIsBoundedByTheChannelLimit(t *testing.T) {
 
 func TestConnectionsPerAddressAreLimited(t *testing.T) {
 	forPlainBackends(t, func(t *testing.T, be []Option) {
-		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithMaxConnsPerAddr(4)}, be...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rx.Abort)
+		rx := listeningNode(t, be, WithMaxConnsPerAddr(4))
 		wait := legitFlow(t, rx, 5000, be...) // one connection
 		for range 3 {                         // three more: at the limit
 			c := rawConn(t, rx.Addr())
@@ -417,11 +392,7 @@ func TestConnectionsPerAddressAreLimited(t *testing.T) {
 
 func TestTruncatedAndTricklingFramesCostOnlyTheirOwnConnection(t *testing.T) {
 	forPlainBackends(t, func(t *testing.T, be []Option) {
-		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithMaxFrame(128 << 10)}, be...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rx.Abort)
+		rx := listeningNode(t, be, WithMaxFrame(128<<10))
 		wait := legitFlow(t, rx, 5000, be...)
 		// A frame cut short, then the socket closed.
 		c := rawConn(t, rx.Addr())
@@ -483,11 +454,7 @@ func TestAThousandIdleConnectionsAreClosedAndCostLittle(t *testing.T) {
 		if testing.Short() {
 			n = 200
 		}
-		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithMaxConnsPerAddr(n + 10), WithHandshakeTimeout(time.Second)}, be...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rx.Abort)
+		rx := listeningNode(t, be, WithMaxConnsPerAddr(n+10), WithHandshakeTimeout(time.Second))
 		wait := legitFlow(t, rx, 10000, be...)
 		mem := func() uint64 {
 			runtime.GC()
@@ -531,11 +498,7 @@ func TestAThousandIdleConnectionsAreClosedAndCostLittle(t *testing.T) {
 
 func TestAPeerThatIgnoresFlowControlIsClosed(t *testing.T) {
 	forPlainBackends(t, func(t *testing.T, be []Option) {
-		rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithInboundBudget(1 << 20)}, be...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(rx.Abort)
+		rx := listeningNode(t, be, WithInboundBudget(1<<20))
 		// The flooded task never finishes its first run, so nothing the
 		// peer sends is consumed or acknowledged.
 		target := taskid.ID{Processor: 9, Index: 1}
@@ -561,12 +524,7 @@ func TestAPeerThatIgnoresFlowControlIsClosed(t *testing.T) {
 			b = wire.FinishFrame(f, start)
 			seq += 100
 		}
-		c := rawConn(t, rx.Addr())
-		go func() { _, _ = c.Write(b) }()
-		g, ok := readGoAway(t, c)
-		if !ok || g.Code != wire.GoAwayLimit {
-			t.Fatalf("GOAWAY %v (%q), want LIMIT", g.Code, g.Message)
-		}
+		sendExpectingLimit(t, rx.Addr(), b)
 		wait()
 		// The receiver expects next exactly what follows the runs the task
 		// has or holds in its inbox: the refused run was never accepted.
@@ -584,4 +542,16 @@ func TestAPeerThatIgnoresFlowControlIsClosed(t *testing.T) {
 			t.Errorf("the receiver expects seq %d next, but the task has or holds %d messages", next, want)
 		}
 	})
+}
+
+// sendExpectingLimit writes b to addr from a raw peer, which must then be
+// closed with GOAWAY LIMIT.
+func sendExpectingLimit(t *testing.T, addr string, b []byte) {
+	t.Helper()
+	c := rawConn(t, addr)
+	go func() { _, _ = c.Write(b) }()
+	g, ok := readGoAway(t, c)
+	if !ok || g.Code != wire.GoAwayLimit {
+		t.Fatalf("GOAWAY %v (%q), want LIMIT", g.Code, g.Message)
+	}
 }

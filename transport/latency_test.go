@@ -29,16 +29,7 @@ func BenchmarkTransportPingPongNetBackend(b *testing.B) {
 }
 
 func benchPingPong(b *testing.B, inline bool, opts ...Option) {
-	a, err := NewNode(append([]Option{WithListen("127.0.0.1:0")}, opts...)...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Abort()
-	z, err := NewNode(append([]Option{WithListen("127.0.0.1:0")}, opts...)...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer z.Abort()
+	a, z := listeningNode(b, opts), listeningNode(b, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	pz, _ := a.Peer(z.Addr())

@@ -61,19 +61,29 @@ func payload(seq uint64, size int) []byte {
 	return b
 }
 
+// testNode returns a new node with opts, aborted when the test ends.
+func testNode(t testing.TB, opts ...Option) *Node {
+	t.Helper()
+	n, err := NewNode(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Abort)
+	return n
+}
+
+// listeningNode is testNode listening on a loopback port, with opts and then
+// the backend's options be.
+func listeningNode(t testing.TB, be []Option, opts ...Option) *Node {
+	t.Helper()
+	return testNode(t, append(append([]Option{WithListen("127.0.0.1:0")}, opts...), be...)...)
+}
+
 func newPair(t testing.TB, rxOpts, txOpts []Option) (rx, tx *Node, p *Peer) {
 	t.Helper()
-	rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0")}, rxOpts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(rx.Abort)
-	tx, err = NewNode(txOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tx.Abort)
-	p, err = tx.Peer(rx.Addr())
+	rx = listeningNode(t, nil, rxOpts...)
+	tx = testNode(t, txOpts...)
+	p, err := tx.Peer(rx.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -638,11 +648,7 @@ func TestInlineHandlerRunsOneRunAtATimeAcrossConnections(t *testing.T) {
 func testInlineHandlerRunsOneRunAtATimeAcrossConnections(t *testing.T, be []Option) {
 	// Two event loops, so that the two connections are read concurrently.
 	rx, txA, pA := newPairOn(t, be, []Option{WithEventLoops(2)}, nil)
-	txB, err := NewNode(be...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(txB.Abort)
+	txB := testNode(t, be...)
 	pB, err := txB.Peer(rx.Addr())
 	if err != nil {
 		t.Fatal(err)
