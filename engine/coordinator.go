@@ -491,11 +491,10 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 		if err != nil {
 			return nil, err
 		}
-		mins := make([]int64, len(rs))
 		for i, r := range rs {
-			mins[i] = r.Clock.Min
+			clk.report(i, r.Clock.Min)
 		}
-		clk.add(mins)
+		clk.endRound()
 		m := clk.min()
 		if m == clock.Idle {
 			out := map[string][]byte{}

@@ -29,15 +29,16 @@ func newRounds(nodes, window int) *rounds {
 	return r
 }
 
-// add records one complete round: the minimum of each node, by node.
-// While it replaces the oldest round node by node, every node keeps
-// window-1 complete rounds, which the argument of the package doc needs.
-func (r *rounds) add(mins []int64) {
-	for i, m := range mins {
-		r.svc.Report(roundKey{i, r.next}, m)
-	}
-	r.next = (r.next + 1) % r.window
+// report records node's minimum in the current round, replacing its
+// reading of window rounds ago. While a round replaces the oldest one node
+// by node, every node keeps window-1 complete rounds, which the argument of
+// the package doc needs.
+func (r *rounds) report(node int, min int64) {
+	r.svc.Report(roundKey{node, r.next}, min)
 }
+
+// endRound starts the next round, once every node has reported.
+func (r *rounds) endRound() { r.next = (r.next + 1) % r.window }
 
 // min is the global minimum: [clock.Start] until window rounds are in,
 // never decreasing.
