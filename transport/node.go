@@ -112,8 +112,10 @@ func NewNode(opts ...Option) (*Node, error) {
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithReadBufferCap(256 << 10),
 		gnet.WithWriteBufferCap(256 << 10),
-		gnet.WithSocketSendBuffer(4 << 20),
-		gnet.WithSocketRecvBuffer(4 << 20),
+		// On the listening socket (accepted ones inherit them) and on
+		// every dialed one; 0 leaves the kernel's.
+		gnet.WithSocketSendBuffer(o.socketBuffer),
+		gnet.WithSocketRecvBuffer(o.socketBuffer),
 		gnet.WithLogger(n.log),
 		gnet.WithReuseAddr(true),
 	}
@@ -164,6 +166,7 @@ func (n *Node) listenNet(addr string) error {
 }
 
 func (n *Node) acceptNet(nc net.Conn) {
+	n.sizeSocket(nc)
 	c := newConn(n, nil, 0)
 	c.remote = nc.RemoteAddr().String()
 	if !n.admit(c) {
@@ -186,6 +189,17 @@ func (n *Node) acceptNet(nc net.Conn) {
 	c.lk = l
 	n.timers.watchHandshake(c)
 	l.start(c.opening())
+}
+
+// sizeSocket gives a net-backend connection the socket buffers of
+// WithSocketBuffers. Best effort: a socket without them works with the
+// kernel's sizes.
+func (n *Node) sizeSocket(nc net.Conn) {
+	tc, ok := nc.(*net.TCPConn)
+	if b := n.o.socketBuffer; ok && b > 0 {
+		_ = tc.SetReadBuffer(b)
+		_ = tc.SetWriteBuffer(b)
+	}
 }
 
 // admit counts an accepted connection against the limit of connections

@@ -42,6 +42,7 @@ type options struct {
 	tls              *tls.Config
 	backend          Backend
 	maxConnsPerAddr  int
+	socketBuffer     int
 }
 
 func defaultOptions() options {
@@ -63,6 +64,7 @@ func defaultOptions() options {
 		eventLoops:       1,
 		logger:           slog.New(slog.DiscardHandler),
 		maxConnsPerAddr:  64,
+		socketBuffer:     DefaultSocketBuffer,
 	}
 }
 
@@ -192,6 +194,22 @@ func WithBackend(b Backend) Option { return func(o *options) { o.backend = b } }
 // once. Default 64.
 func WithMaxConnsPerAddr(n int) Option { return func(o *options) { o.maxConnsPerAddr = n } }
 
+// DefaultSocketBuffer is the default of [WithSocketBuffers].
+const DefaultSocketBuffer = 256 << 10
+
+// WithSocketBuffers sets the kernel's send and receive buffers (SO_SNDBUF,
+// SO_RCVBUF) of every connection, both backends, both ends, to bytes each.
+// Flow control already bounds what a node keeps in flight (windows and the
+// peer budget); the socket buffers only need to hold a round trip's worth of
+// the link's throughput (bytes / RTT caps one connection's rate: 256 KiB at
+// a 100 µs round trip is 2.6 GB/s). More only queues data in front of the
+// AckRequests, whose answers then come late and starve the senders of
+// credit: on loopback, with 10,000 channels, 4 MiB buffers gave 1.8-1.9 M
+// msgs/s and 256 KiB 2.5-2.7 M. Raise it for a long fat link; 0 leaves the
+// sizes to the kernel (Linux then grows them up to net.ipv4.tcp_rmem and
+// tcp_wmem). Default [DefaultSocketBuffer] (256 KiB).
+func WithSocketBuffers(bytes int) Option { return func(o *options) { o.socketBuffer = bytes } }
+
 // WithLogger sets where the node logs connection errors. Default: discard.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
@@ -229,6 +247,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("transport: max connections per address must be >= 1, got %d", o.maxConnsPerAddr)
 	case o.backend != BackendGnet && o.backend != BackendNet:
 		return fmt.Errorf("transport: unknown backend %d", o.backend)
+	case o.socketBuffer < 0:
+		return fmt.Errorf("transport: socket buffers must be >= 0 bytes, got %d", o.socketBuffer)
 	case o.handshakeTimeout <= 0:
 		return fmt.Errorf("transport: handshake timeout must be > 0, got %v", o.handshakeTimeout)
 	}

@@ -246,6 +246,7 @@ func (n *Node) dial(p *Peer, slot int) (*conn, error) {
 		return nil, ErrClosed
 	}
 	if n.client == nil { // BackendNet
+		n.sizeSocket(nc)
 		if n.o.tls != nil {
 			nc = tls.Client(nc, n.clientTLS(p.addr))
 		}

@@ -1,0 +1,78 @@
+package transport
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// socketBuffers reads the kernel's SO_RCVBUF and SO_SNDBUF of c's socket.
+func socketBuffers(t *testing.T, c *conn) (rcv, snd int) {
+	t.Helper()
+	read := func(fd int) {
+		var err error
+		if rcv, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF); err != nil {
+			t.Fatal(err)
+		}
+		if snd, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l, ok := c.lk.(*netLink); ok {
+		rc, err := l.nc.(syscall.Conn).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.Control(func(fd uintptr) { read(int(fd)) }); err != nil {
+			t.Fatal(err)
+		}
+		return rcv, snd
+	}
+	c.fdMu.Lock()
+	defer c.fdMu.Unlock()
+	read(c.fd)
+	return rcv, snd
+}
+
+// Both ends of a connection, dialed and accepted, on either backend, get
+// the socket buffers WithSocketBuffers asks for (Linux reports twice the
+// size asked, the rest being its bookkeeping).
+func TestSocketBuffersAreSetOnBothEnds(t *testing.T) {
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		const size = 96 << 10
+		rx, tx, p := newPairOn(t, be, []Option{WithSocketBuffers(size)}, []Option{WithSocketBuffers(size)})
+		if err := p.WaitConnected(ctxT(t, 10*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []*Node{rx, tx} {
+			var conns []*conn
+			deadline := time.Now().Add(5 * time.Second)
+			for len(conns) == 0 && time.Now().Before(deadline) {
+				n.mu.Lock()
+				for c := range n.mu.conns {
+					if c.lk != nil {
+						conns = append(conns, c)
+					}
+				}
+				n.mu.Unlock()
+				time.Sleep(time.Millisecond)
+			}
+			if len(conns) != 1 {
+				t.Fatalf("%d connections, want 1", len(conns))
+			}
+			if rcv, snd := socketBuffers(t, conns[0]); rcv != 2*size || snd != 2*size {
+				t.Errorf("SO_RCVBUF %d, SO_SNDBUF %d; want %d each", rcv, snd, 2*size)
+			}
+		}
+	})
+}
+
+func TestSocketBuffersMustNotBeNegative(t *testing.T) {
+	_, err := NewNode(WithSocketBuffers(-1))
+	if err == nil || !strings.Contains(err.Error(), "socket buffers") {
+		t.Fatalf("a negative socket buffer size: got %v, want an error naming it", err)
+	}
+}
