@@ -239,10 +239,8 @@ func BenchmarkTransport10000ChannelsRuns16(b *testing.B) { benchTransportRuns(b,
 // BenchmarkTransport1ChannelRuns64 sends runs of 64 messages with SendRun.
 func BenchmarkTransport1ChannelRuns64(b *testing.B) { benchTransportRuns(b, 1, 64) }
 
-func benchTransportRuns(b *testing.B, channels, run int) { benchTransportRunsOpts(b, channels, run, nil) }
-
-func benchTransportRunsOpts(b *testing.B, channels, run int, opts []Option) {
-	tx, rx, p, senders, delivered := benchPair(b, channels, opts, opts)
+func benchTransportRuns(b *testing.B, channels, run int) {
+	tx, rx, p, senders, delivered := benchPair(b, channels, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	msgs := make([]wire.Message, run)
