@@ -658,7 +658,7 @@ func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"Runs until interrupted, one coordinator at a time.", stderr)
 	listen := fs.String("listen", "127.0.0.1:7500", "control address to listen on for coordinators")
 	dataListen := fs.String("data-listen", "", "data address to receive on (default: the address the coordinator reached, any port)")
-	var sec securityFlags
+	var sec nodeFlags
 	sec.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -517,7 +517,7 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	out.register(fs)
 	var tc transportConfig
 	tc.register(fs)
-	var sec securityFlags
+	var sec nodeFlags
 	fs.StringVar(&sec.keyFile, "key-file", "", "file holding the pre-shared key the agents were given: the coordinator proves it holds it before an agent takes a plan (and the agents use it for their data connections)")
 	if err := fs.Parse(args); err != nil {
 		return err

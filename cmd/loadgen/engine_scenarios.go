@@ -80,7 +80,7 @@ func engineFaults(s string, seed uint64) (f transport.Faults, crash, kill time.D
 }
 
 // runEngine runs spec on the engine and returns the coordinator's result.
-func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transportConfig, sec securityFlags, initial int64,
+func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transportConfig, sec nodeFlags, initial int64,
 	rec *bench.Recorder, prog **bench.Progress, stderr io.Writer) (*engine.Result, time.Duration, error) {
 	f, crash, kill, err := engineFaults(tc.faults, tc.seed)
 	if err != nil {
@@ -199,7 +199,7 @@ func engineReport(scenario string, cfg map[string]any, res *engine.Result, elaps
 	return r
 }
 
-func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConfig, sec securityFlags, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
+func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConfig, sec nodeFlags, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
 	if ec.input == "" || ec.output == "" {
 		return nil, nil, errors.New("wordcount needs --input and --output")
 	}
@@ -240,7 +240,7 @@ func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConf
 	return r, nil, nil
 }
 
-func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfig, sec securityFlags, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
+func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfig, sec nodeFlags, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
 	rec := bench.NewRecorder()
 	if ec.nodes > 1 {
 		rec = nil // the sinks run in other processes

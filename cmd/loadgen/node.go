@@ -21,7 +21,7 @@ func nodeCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	faults := fs.String("faults", "", "transport faults to inject")
 	seed := fs.Uint64("seed", 1, "fault seed")
 	sync := fs.Bool("fsync", true, "fsync logs and checkpoints")
-	var sec securityFlags
+	var sec nodeFlags
 	sec.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err

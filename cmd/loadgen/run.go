@@ -42,7 +42,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		"  transport  two transport nodes over loopback sockets: throughput, latency, loss, duplicates\n"+
 		"  wordcount  counts the words of --input into --output, identical under any --faults", stderr)
 	scenario := fs.String("scenario", "pipeline", "scenario to run: pipeline, transport or wordcount")
-	var sec securityFlags
+	var sec nodeFlags
 	sec.register(fs)
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
 	memProfile := fs.String("memprofile", "", "write a heap profile to this file when the run ends (go tool pprof reads it)")
@@ -95,6 +95,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if err != nil {
 		return err
+	}
+	if report.Config != nil {
+		report.Config["socket_buffer"] = sec.socketBuffer
 	}
 	if *memProfile != "" {
 		if err := writeHeapProfile(*memProfile); err != nil {

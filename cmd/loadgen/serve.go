@@ -18,6 +18,7 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -177,7 +178,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"arrives exactly once and in order, and tells each sender what it found.", stderr)
 	listen := fs.String("listen", "127.0.0.1:7400", "address to listen on")
 	consume := fs.Float64("consume-rate", 0, "messages per second consumed at most; 0: no limit")
-	var sec securityFlags
+	var sec nodeFlags
 	sec.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -217,7 +218,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	out.register(fs)
 	var tc transportConfig
 	tc.register(fs)
-	var sec securityFlags
+	var sec nodeFlags
 	sec.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -365,20 +366,22 @@ func localAddrToward(addr string) (string, error) {
 	return host, err
 }
 
-// securityFlags are the --key-file and --tls flags of the commands that open
-// transport nodes.
-type securityFlags struct {
-	keyFile string
-	tls     bool
+// nodeFlags are the flags of the commands that open transport nodes:
+// --key-file, --tls and --socket-buffer.
+type nodeFlags struct {
+	keyFile      string
+	tls          bool
+	socketBuffer int
 }
 
-func (s *securityFlags) register(fs *flag.FlagSet) {
+func (s *nodeFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&s.socketBuffer, "socket-buffer", transport.DefaultSocketBuffer, "kernel send and receive buffer of each connection, in bytes (SO_SNDBUF, SO_RCVBUF); it caps a connection at this many bytes per round trip, so raise it for a long fat link; 0: the kernel's autotuning")
 	fs.StringVar(&s.keyFile, "key-file", "", "file holding the pre-shared key (at least 16 bytes; surrounding whitespace is trimmed) that every peer must prove it holds; all peers need the same file")
 	fs.BoolVar(&s.tls, "tls", false, "encrypt connections with TLS 1.3 (an ephemeral self-signed certificate; peers are authenticated by --key-file, which is required)")
 }
 
 // args returns the flags that give a child process the same settings.
-func (s *securityFlags) args() []string {
+func (s *nodeFlags) args() []string {
 	var a []string
 	if s.keyFile != "" {
 		a = append(a, "--key-file", s.keyFile)
@@ -386,13 +389,16 @@ func (s *securityFlags) args() []string {
 	if s.tls {
 		a = append(a, "--tls")
 	}
+	if s.socketBuffer != transport.DefaultSocketBuffer {
+		a = append(a, "--socket-buffer", strconv.Itoa(s.socketBuffer))
+	}
 	return a
 }
 
 // key reads the pre-shared key, or returns nil without --key-file. The
 // caller owns the slice and should clear it when done. Errors name the file,
 // never its contents.
-func (s *securityFlags) key() ([]byte, error) {
+func (s *nodeFlags) key() ([]byte, error) {
 	if s.keyFile == "" {
 		return nil, nil
 	}
@@ -415,8 +421,11 @@ func (s *securityFlags) key() ([]byte, error) {
 
 // options reads the key file and builds the transport options. Errors name
 // the file, never its contents.
-func (s *securityFlags) options() ([]transport.Option, error) {
-	var opts []transport.Option
+func (s *nodeFlags) options() ([]transport.Option, error) {
+	if s.socketBuffer < 0 {
+		return nil, fmt.Errorf("--socket-buffer must be >= 0 bytes, got %d", s.socketBuffer)
+	}
+	opts := []transport.Option{transport.WithSocketBuffers(s.socketBuffer)}
 	key, err := s.key()
 	if err != nil {
 		return nil, err

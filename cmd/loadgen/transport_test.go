@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -34,5 +35,35 @@ func TestTransportDeliveryChoice(t *testing.T) {
 		case c.err == "" && cfg.inline() != c.inline:
 			t.Errorf("--delivery %q --consume-rate %v: inline %v, want %v", c.delivery, c.consume, cfg.inline(), c.inline)
 		}
+	}
+}
+
+// --socket-buffer reaches the child processes of the engine scenarios only
+// when it is not the default, and a negative size is refused by name.
+func TestSocketBufferFlag(t *testing.T) {
+	parse := func(args ...string) nodeFlags {
+		t.Helper()
+		var nf nodeFlags
+		fs := newFlagSet("test", "", io.Discard)
+		nf.register(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return nf
+	}
+	def := parse()
+	if a := def.args(); len(a) != 0 {
+		t.Errorf("default flags give a child %q, want nothing", a)
+	}
+	nf := parse("--socket-buffer", "65536")
+	if got := parse(nf.args()...); got.socketBuffer != 65536 {
+		t.Errorf("a child parsing %q gets --socket-buffer %d, want 65536", nf.args(), got.socketBuffer)
+	}
+	if _, err := nf.options(); err != nil {
+		t.Fatal(err)
+	}
+	bad := parse("--socket-buffer", "-1")
+	if _, err := bad.options(); err == nil || !strings.Contains(err.Error(), "--socket-buffer") {
+		t.Errorf("--socket-buffer -1: error %v, want one naming the flag", err)
 	}
 }
