@@ -9,7 +9,7 @@ lg=/tmp/sluice-loadgen
 out=results
 
 # Transport benchmarks beside the plain-TCP ceiling, in one run.
-go test -run '^$' -bench 'PlainTCP|Transport1Channel$|Transport1ChannelGoroutine|Transport1ChannelRuns64|Transport1ChannelNetBackend|Transport1ChannelTLS|Transport10000Channels|TransportLooseWindow|TransportDataLoss5|TransportPingPong|TransportPingPongNetBackend|TransportFixedRate100k' \
+go test -run '^$' -bench 'PlainTCP|Transport1Channel$|Transport1ChannelGoroutine|Transport1ChannelRuns64|Transport1ChannelNetBackend|Transport1ChannelTLS|Transport10000Channels|TransportLooseWindow|TransportDataLoss5|TransportPingPong|TransportPingPongNetBackend|TransportFixedRate100k|FixedRate100kDriverAlone|RawSocketFixedRate100k' \
 	-benchtime 3s -count 3 ./transport | tee $out/transport-bench.txt
 
 # Throughput by message size, one channel, as fast as the transport allows.
