@@ -318,6 +318,15 @@ func newInbox(target taskid.ID) *inbox {
 
 func (in *inbox) push(d *delivery) {
 	in.mu.Lock()
+	if q := in.mu.q; in.mu.head > 0 && len(q) == cap(q) {
+		// Reuse the slots of deliveries already popped instead of growing:
+		// the queue is reset only when it empties, and the inbox of a task
+		// that never catches up would otherwise grow by a slot for every
+		// delivery it ever queued.
+		n := copy(q, q[in.mu.head:])
+		clear(q[n:])
+		in.mu.q, in.mu.head = q[:n], 0
+	}
 	in.mu.q = append(in.mu.q, d)
 	in.mu.Unlock()
 	select {
