@@ -534,7 +534,7 @@ func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct bool) {
 	if c.mu.closed {
 		return false
 	}
-	c.mu.ready = append(c.mu.ready, ch)
+	c.addReadyLocked(ch)
 	if c.mu.scheduled {
 		return false
 	}
@@ -571,6 +571,15 @@ func (c *conn) scheduleLocked() {
 	if err := c.lk.Execute(c.flushTask); err != nil {
 		c.mu.scheduled = false
 	}
+}
+
+// addReadyLocked appends chs to the ready list, reusing the slots of
+// channels already popped before the list would grow. The caller holds mu.
+func (c *conn) addReadyLocked(chs ...*channel) {
+	if c.mu.readyHead > 0 && len(c.mu.ready)+len(chs) > cap(c.mu.ready) {
+		c.mu.ready, c.mu.readyHead = compactQueue(c.mu.ready, c.mu.readyHead), 0
+	}
+	c.mu.ready = append(c.mu.ready, chs...)
 }
 
 func (c *conn) popReady() *channel {
@@ -695,7 +704,7 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 		}
 	}
 	c.mu.Lock()
-	c.mu.ready = append(c.mu.ready, requeue...)
+	c.addReadyLocked(requeue...)
 	drained := c.mu.readyHead == len(c.mu.ready)
 	c.mu.Unlock()
 	if drained {

@@ -318,14 +318,8 @@ func newInbox(target taskid.ID) *inbox {
 
 func (in *inbox) push(d *delivery) {
 	in.mu.Lock()
-	if q := in.mu.q; in.mu.head > 0 && len(q) == cap(q) {
-		// Reuse the slots of deliveries already popped instead of growing:
-		// the queue is reset only when it empties, and the inbox of a task
-		// that never catches up would otherwise grow by a slot for every
-		// delivery it ever queued.
-		n := copy(q, q[in.mu.head:])
-		clear(q[n:])
-		in.mu.q, in.mu.head = q[:n], 0
+	if in.mu.head > 0 && len(in.mu.q) == cap(in.mu.q) {
+		in.mu.q, in.mu.head = compactQueue(in.mu.q, in.mu.head), 0
 	}
 	in.mu.q = append(in.mu.q, d)
 	in.mu.Unlock()
@@ -333,6 +327,18 @@ func (in *inbox) push(d *delivery) {
 	case in.wake <- struct{}{}:
 	default:
 	}
+}
+
+// compactQueue moves q[head:] to the front of q and returns it. A queue
+// that is popped from the front and reset only when it empties (an inbox, a
+// connection's ready list) calls it before an append would grow it: under a
+// load that never lets it empty (a task that never catches up, a connection
+// with always more channels ready than one batch takes) it would otherwise
+// grow by a slot for everything it ever held.
+func compactQueue[T any](q []T, head int) []T {
+	n := copy(q, q[head:])
+	clear(q[n:])
+	return q[:n]
 }
 
 // deliver gives d to h and counts its messages consumed.
