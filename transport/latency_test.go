@@ -130,18 +130,25 @@ func benchFixedRate(b *testing.B, rate float64, inline bool, opts []Option) {
 		b.Fatal(err)
 	}
 	msg := make([]byte, benchSize)
-	b.ResetTimer()
-	// Timers only: a driver that spins through the end of each wait
-	// (loadgen's default) takes a whole core from the transport on a
-	// two-core machine, which shows as tails of several milliseconds here.
-	// Timers wake up to a millisecond late; the latency counts that too.
-	res, err := bench.FixedRate{Rate: rate, Count: int64(n), Clock: bench.RealClock{}}.Run(ctx, func(ctx context.Context, _ int64, intended int64) error {
+	driveFixedRate(ctx, b, rate, func(ctx context.Context, _ int64, intended int64) error {
 		return s.Send(ctx, intended, msg)
 	})
+	<-done
+	reportPercentiles(b, lat)
+}
+
+// driveFixedRate resets the benchmark's timer and sends b.N messages
+// through send at rate msgs/s, failing the benchmark if a send fails, and
+// reports how far the driver ever fell behind its schedule. Timers only: a
+// driver that spins through the end of each wait (loadgen's default) takes a
+// whole core from the transport on a two-core machine, which shows as tails
+// of several milliseconds here. Timers wake up to a millisecond late; the
+// latency counts that too.
+func driveFixedRate(ctx context.Context, b *testing.B, rate float64, send bench.Target) {
+	b.ResetTimer()
+	res, err := bench.FixedRate{Rate: rate, Count: int64(b.N), Clock: bench.RealClock{}}.Run(ctx, send)
 	if err != nil {
 		b.Fatal(err)
 	}
-	<-done
-	reportPercentiles(b, lat)
 	b.ReportMetric(float64(res.MaxLagNS)/1e3, "driver-max-lag-µs")
 }
