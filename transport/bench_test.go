@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,20 +27,10 @@ const benchSize = 100
 // buffers with 4-byte length prefixed messages and writes them; a reader
 // parses every message.
 func BenchmarkPlainTCPIdealBatching(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
+	c, s := plainTCPPair(b)
 	got := make(chan int64, 1)
 	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- 0
-			return
-		}
-		defer c.Close()
-		r := bufio.NewReaderSize(c, 64<<10)
+		r := bufio.NewReaderSize(s, 64<<10)
 		var n int64
 		var hdr [4]byte
 		for {
@@ -57,10 +46,6 @@ func BenchmarkPlainTCPIdealBatching(b *testing.B) {
 			n++
 		}
 	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
 	msg := make([]byte, benchSize)
 	buf := make([]byte, 0, 64<<10)
 	b.SetBytes(benchSize)
