@@ -23,7 +23,7 @@ func (p *Peer) CreditMark() uint64 { return p.budget.gen.Load() }
 func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 	w := p.budget.wait()
 	defer p.budget.done()
-	if p.budget.gen.Load() != mark {
+	if p.budget.gen.Load() != mark || p.reclaimIdle() {
 		return nil
 	}
 	p.mu.Lock()
@@ -45,3 +45,66 @@ func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 
 // Peer is the peer this sender sends to.
 func (s *Sender) Peer() *Peer { return s.ch.peer }
+
+// The peer budget bounds the memory of the windows of a peer's channels:
+// each window's rings (window.Sender.Footprint) are charged to it when they
+// grow, in Push, and given back when they shrink. Payloads retained count
+// with the room their rings have grown for, so ten thousand channels that
+// each once saw a burst cannot hold ten thousand bursts' worth of rings.
+//
+// When more than half the budget is charged it is short, and a window
+// larger than its channel's share (budget / channels) is trimmed to what it
+// retains whenever an ack frees some of it (to nothing when it empties).
+// A window that emptied while the budget was not short keeps its rings for
+// its next burst; it is counted as idle, and a sender that finds the budget
+// exhausted takes idle rings back (reclaimIdle) before it waits.
+
+// charge takes n bytes of the budget, or reports that they are not free.
+func (p *Peer) charge(n int64) bool {
+	if p.charged.Add(n) > int64(p.node.o.peerBudget) {
+		p.charged.Add(-n)
+		return false
+	}
+	return true
+}
+
+// fits reports whether n more bytes of the budget are free now.
+func (p *Peer) fits(n int64) bool { return p.charged.Load()+n <= int64(p.node.o.peerBudget) }
+
+// short reports whether more than half the budget is charged.
+func (p *Peer) short() bool { return p.charged.Load() > int64(p.node.o.peerBudget)/2 }
+
+// share is one channel's even share of the budget.
+func (p *Peer) share() int { return p.node.o.peerBudget / int(max(p.nchannels.Load(), 1)) }
+
+// reclaimIdle trims the idle windows (empty and over their share) and
+// reports whether that freed budget. One caller walks the channels at a
+// time; the others wait for the budget broadcast.
+func (p *Peer) reclaimIdle() bool {
+	if p.idle.Load() <= 0 || !p.reclaiming.CompareAndSwap(false, true) {
+		return false
+	}
+	defer p.reclaiming.Store(false)
+	p.mu.Lock()
+	chans := make([]*channel, 0, len(p.mu.channels))
+	for _, ch := range p.mu.channels {
+		chans = append(chans, ch)
+	}
+	p.mu.Unlock()
+	var released int
+	for _, ch := range chans {
+		ch.mu.Lock()
+		if ch.mu.idle != 0 && !ch.mu.closed {
+			released += ch.mu.win.Trim()
+			p.idle.Add(-ch.mu.idle)
+			ch.mu.idle = 0
+		}
+		ch.mu.Unlock()
+	}
+	if released == 0 {
+		return false
+	}
+	p.charged.Add(-int64(released))
+	p.budget.broadcast()
+	return true
+}

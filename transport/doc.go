@@ -47,8 +47,8 @@
 // GOAWAY AUTH_FAILED and [ErrAuthFailed] on both sides; keys never appear in
 // logs, errors or stats.
 //
-// Every buffer is bounded: a channel's window in messages and bytes, a
-// peer's retained bytes, each connection's inbound buffered bytes (payload
+// Every buffer is bounded: a channel's window in messages and bytes, the
+// memory of all windows to one peer ([WithPeerBudget]), each connection's inbound buffered bytes (payload
 // not yet consumed, [WithInboundBudget]; raw bytes, at most one frame of
 // [WithMaxFrame] plus one read, and before authentication one small frame).
 // Limits on frame size, channels per connection, connections per remote

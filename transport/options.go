@@ -53,7 +53,7 @@ func defaultOptions() options {
 		batch:            batch.DefaultConfig(),
 		maxFrame:         wire.DefaultMaxFrame,
 		maxChannels:      65536,
-		peerBudget:       16 << 20,
+		peerBudget:       48 << 20,
 		inboundBudget:    64 << 20,
 		handshakeTimeout: 5 * time.Second,
 		idleTimeout:      0,
@@ -123,10 +123,18 @@ func WithMaxFrame(n int) Option { return func(o *options) { o.maxFrame = n } }
 // Default 65536.
 func WithMaxChannels(n int) Option { return func(o *options) { o.maxChannels = n } }
 
-// WithPeerBudget limits the payload bytes retained, sent or not yet
-// acknowledged, over all channels to one peer; Send blocks beyond it.
-// It bounds the sender's memory however many channels there are.
-// Default 16 MiB.
+// WithPeerBudget limits the memory the windows of all channels to one peer
+// take: the payloads they retain (sent or not, not yet acknowledged) and
+// the room their rings have grown for. Send blocks while a message would
+// need more; a channel whose window already has room for a message sends
+// it. It bounds the sender's memory however many channels there are, beyond
+// a few hundred bytes of state per open channel. When more than half of it
+// is taken, windows over their channel's even share give back what they do
+// not retain. Keep it below the receivers' [WithInboundBudget], which an
+// honest sender must never pass. Default 48 MiB (one channel alone takes
+// at most 1.1 MiB with the default window): loadgen's 10,000 channels of
+// 100-byte messages moved 2.2 M msgs/s on loopback with 16 MiB and
+// 3.1-3.5 M with 48 MiB, under the default inbound budget of 64 MiB.
 func WithPeerBudget(n int) Option { return func(o *options) { o.peerBudget = n } }
 
 // WithInboundBudget limits the payload bytes received on one connection and
@@ -237,8 +245,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("transport: max frame must be >= 1024 bytes, got %d", o.maxFrame)
 	case o.maxFrame < o.batch.MaxBatchBytes+wire.HeaderLen:
 		return fmt.Errorf("transport: max frame %d is below the batch size %d", o.maxFrame, o.batch.MaxBatchBytes)
-	case o.peerBudget < o.window.MaxBytes:
-		return fmt.Errorf("transport: peer budget %d is below one channel's window of %d bytes", o.peerBudget, o.window.MaxBytes)
+	case o.peerBudget < o.window.MaxFootprint():
+		return fmt.Errorf("transport: peer budget %d is below the memory of one channel's full window, %d bytes", o.peerBudget, o.window.MaxFootprint())
 	case o.inboundBudget < o.window.MaxBytes:
 		return fmt.Errorf("transport: inbound budget %d is below one channel's window of %d bytes", o.inboundBudget, o.window.MaxBytes)
 	case o.eventLoops < 1:

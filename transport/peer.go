@@ -22,10 +22,16 @@ type Peer struct {
 	node *Node
 	addr string
 
-	retained  atomic.Int64 // payload bytes retained or reserved over all channels
-	nchannels atomic.Int64 // open channels, which share the budget
-	budget    notifier     // broadcast when retained bytes fall
-	drained   notifier     // broadcast when a channel's last message is acknowledged
+	// charged is the memory of the channels' windows (their rings, see
+	// window.Sender.Footprint), which the peer budget bounds; idle is the
+	// part of it held by empty windows over their share of the budget,
+	// which reclaimIdle can take back.
+	charged    atomic.Int64
+	idle       atomic.Int64
+	reclaiming atomic.Bool
+	nchannels  atomic.Int64 // open channels, which share the budget
+	budget     notifier     // broadcast when window memory falls or credit grows
+	drained    notifier     // broadcast when a channel's last message is acknowledged
 
 	nextSlot atomic.Uint32
 	stop     chan struct{}

@@ -30,10 +30,9 @@ type channel struct {
 	mu struct {
 		sync.Mutex
 		sent, resent, bytes uint64
-		// reserve is peer budget this channel has taken and not yet used
-		// for retained bytes: taking budget in chunks keeps the shared
-		// counter off the path of every message.
-		reserve  int64
+		// idle is the window's footprint, counted in the peer's idle
+		// memory, while the window is empty; 0 while it retains messages.
+		idle     int64
 		win      *window.Sender
 		trk      *lossdetect.Tracker
 		conn     *conn  // the connection carrying it, nil while down
@@ -147,20 +146,26 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 	if max := ch.peer.node.o.window.MaxBytes; len(payload) > max {
 		return fmt.Errorf("%w: %d bytes, the window holds %d", ErrTooLarge, len(payload), max)
 	}
-	size := int64(len(payload))
-	if ch.mu.reserve < size && !ch.reserveLocked(size) {
+	win := ch.mu.win
+	cost, ok := win.PushCost(len(payload))
+	if !ok {
+		if _, err := win.Push(ts, payload); !errors.Is(err, window.ErrNoCredit) {
+			return err // Push refuses what PushCost refused, and says why
+		}
 		return ErrNoCredit
 	}
-	if _, err := ch.mu.win.Push(ts, payload); err != nil {
-		switch {
-		case errors.Is(err, window.ErrNoCredit):
-			return ErrNoCredit
-		}
-		return err
+	if cost > 0 && !ch.peer.charge(int64(cost)) {
+		return ErrNoCredit
 	}
-	ch.mu.reserve -= size
+	if _, err := win.Push(ts, payload); err != nil {
+		return err // not reached: PushCost said it fits
+	}
+	if ch.mu.idle != 0 {
+		ch.peer.idle.Add(-ch.mu.idle)
+		ch.mu.idle = 0
+	}
 	ch.mu.sent++
-	ch.mu.bytes += uint64(size)
+	ch.mu.bytes += uint64(len(payload))
 	if c := ch.mu.conn; c != nil && !ch.mu.queued && ch.mu.trk.CanSend() {
 		ch.mu.queued = true
 		// A channel with many messages unacknowledged is streaming: its
@@ -171,53 +176,6 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 		}
 	}
 	return nil
-}
-
-// reserveLocked takes budget from the peer for at least size more bytes.
-func (ch *channel) reserveLocked(size int64) bool {
-	p := ch.peer
-	budget := int64(p.node.o.peerBudget)
-	chunk := max(p.reserveChunk(), size-ch.mu.reserve)
-	if p.retained.Add(chunk) > budget {
-		p.retained.Add(-chunk)
-		return false
-	}
-	ch.mu.reserve += chunk
-	return true
-}
-
-// releaseLocked gives freed bytes back: to the channel's reserve, and what
-// exceeds two chunks back to the peer. It reports whether the peer's
-// budget grew.
-func (ch *channel) releaseLocked(freed int64) bool {
-	ch.mu.reserve += freed
-	keep := ch.peer.reserveChunk()
-	if ch.mu.reserve <= 2*keep {
-		return false
-	}
-	give := ch.mu.reserve - keep
-	ch.mu.reserve = keep
-	ch.peer.retained.Add(-give)
-	return true
-}
-
-// reserveShare sets the reserve chunk: each channel takes budget in chunks
-// of budget/(reserveShare*channels) (at most 64 KiB) and keeps at most two.
-// A chunk spares the shared counter most messages of a busy channel, and
-// with many channels the reserves also share the budget out fairly: a
-// channel whose own acks refill its reserve keeps sending at its share
-// while the budget is exhausted. With smaller chunks (reserveShare 64, at
-// most 1/32 of the budget idle) 10,000 channels of 100-byte messages moved
-// 4.4 M msgs/s in loadgen instead of 2.9 M, but under a slow consumer
-// whichever channel was visited when budget came free took it, and window
-// rings, which keep a burst's size until the window empties, crept from
-// 117 to 161 MiB over 110 s instead of staying flat (reserveShare 16: the
-// same creep). Bounding ring memory by the budget would allow both.
-const reserveShare = 4
-
-// reserveChunk is how much budget a channel takes at a time.
-func (p *Peer) reserveChunk() int64 {
-	return min(64<<10, int64(p.node.o.peerBudget)/(reserveShare*max(p.nchannels.Load(), 1)))
 }
 
 // SendRun sends msgs in order as Send would, taking the channel's lock once
@@ -270,10 +228,14 @@ func (ch *channel) waitCredit(ctx context.Context, size int) error {
 	defer ch.credit.done()
 	defer p.budget.done()
 	ch.mu.Lock()
-	ok := ch.mu.closed || (ch.mu.win.HasCredit(size) &&
-		(ch.mu.reserve >= int64(size) || p.retained.Load()+int64(size) <= int64(p.node.o.peerBudget)))
+	cost, ok := ch.mu.win.PushCost(size)
+	budgetShort := ok && cost > 0 && !p.fits(int64(cost))
+	ok = ch.mu.closed || (ok && !budgetShort)
 	ch.mu.Unlock()
 	if ok {
+		return nil
+	}
+	if budgetShort && p.reclaimIdle() {
 		return nil
 	}
 	select {
@@ -344,12 +306,12 @@ func (ch *channel) shut() {
 		return
 	}
 	ch.mu.closed = true
-	_, b := ch.mu.win.Retained()
-	b += int(ch.mu.reserve)
-	ch.mu.reserve = 0
+	fp := ch.mu.win.Trim() + ch.mu.win.Footprint()
+	ch.peer.charged.Add(-int64(fp))
+	ch.peer.idle.Add(-ch.mu.idle)
+	ch.mu.idle = 0
 	ch.mu.conn = nil
 	ch.mu.Unlock()
-	ch.peer.retained.Add(-int64(b))
 	ch.peer.nchannels.Add(-1)
 	ch.credit.broadcast()
 	ch.peer.budget.broadcast()
@@ -452,23 +414,31 @@ func (ch *channel) onAck(c *conn, a wire.Ack) {
 		ch.mu.Unlock()
 		return
 	}
-	_, before := ch.mu.win.Retained()
+	win := ch.mu.win
+	acked, fp := win.Acked(), win.Footprint()
 	ch.mu.trk.OnAck(now, lossdetect.Ack{
 		Open: a.Flags&wire.AckOpen != 0, Epoch: a.Epoch, ReqSeq: a.ReqSeq, Count: a.Count, Next: a.Next,
 	})
-	_, after := ch.mu.win.Retained()
-	freed := before - after
-	if freed > 0 {
-		ch.releaseLocked(int64(freed))
+	freed := win.Acked() != acked
+	drained := win.Acked() == win.NextSeq()
+	share := ch.peer.share()
+	if freed && win.Footprint() > 2*share && ch.peer.short() {
+		win.Trim()
 	}
-	drained := ch.mu.win.Acked() == ch.mu.win.NextSeq()
+	if released := fp - win.Footprint(); released > 0 {
+		ch.peer.charged.Add(-int64(released))
+	}
+	if drained && freed && win.Footprint() > share {
+		ch.mu.idle = int64(win.Footprint())
+		ch.peer.idle.Add(ch.mu.idle)
+	}
 	if !ch.mu.queued && ch.mu.trk.CanSend() && ch.mu.win.Unsent() > 0 {
 		ch.mu.queued = true
 		c.enqueue(ch, 0, false)
 	}
 	ch.scheduleLocked(now)
 	ch.mu.Unlock()
-	if freed > 0 {
+	if freed {
 		// Credit grew on this channel, and perhaps the peer's budget:
 		// wake the channel's senders and anyone waiting for any credit.
 		ch.peer.budget.broadcast()

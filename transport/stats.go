@@ -17,6 +17,7 @@ type Stats struct {
 	Conns    []ConnStats    `json:"conns"`
 	Closed   ConnStats      `json:"closed"` // sums over closed connections
 	Channels []ChannelStats `json:"channels,omitempty"`
+	Peers    []PeerStats    `json:"peers,omitempty"`
 	Faults   FaultStats     `json:"faults"`
 	Refused  RefusedStats   `json:"refused"`
 }
@@ -131,14 +132,18 @@ func (c *conn) snapshot() ConnStats {
 
 // ChannelStats counts one outgoing channel.
 type ChannelStats struct {
-	Channel  taskid.Channel          `json:"-"`
-	Name     string                  `json:"channel"`
-	Sent     uint64                  `json:"sent"`
-	Bytes    uint64                  `json:"bytes"`
-	Resent   uint64                  `json:"resent"`
-	Unacked  int                     `json:"unacked"`
-	Tracker  lossdetect.TrackerStats `json:"tracker"`
-	Attached bool                    `json:"attached"`
+	Channel taskid.Channel `json:"-"`
+	Name    string         `json:"channel"`
+	Sent    uint64         `json:"sent"`
+	Bytes   uint64         `json:"bytes"`
+	Resent  uint64         `json:"resent"`
+	Unacked int            `json:"unacked"`
+	// UnackedBytes is the payload of the unacknowledged messages;
+	// WindowBytes the memory the channel's window takes to hold them.
+	UnackedBytes int                     `json:"unacked_bytes"`
+	WindowBytes  int                     `json:"window_bytes"`
+	Tracker      lossdetect.TrackerStats `json:"tracker"`
+	Attached     bool                    `json:"attached"`
 }
 
 // Stats returns the node's counters. With channels set it also lists every
@@ -159,8 +164,9 @@ func (n *Node) Stats(channels bool) Stats {
 	n.gone.Unlock()
 	s.Faults = n.faultN.snapshot()
 	s.Refused = n.sec.snapshot()
-	if channels {
-		for _, p := range n.peers() {
+	for _, p := range n.peers() {
+		s.Peers = append(s.Peers, p.stats())
+		if channels {
 			p.mu.Lock()
 			for _, ch := range p.mu.channels {
 				s.Channels = append(s.Channels, ch.stats())
@@ -169,6 +175,30 @@ func (n *Node) Stats(channels bool) Stats {
 		}
 	}
 	return s
+}
+
+// PeerStats is the state of one peer this node sends to.
+type PeerStats struct {
+	Addr     string `json:"addr"`
+	Channels int    `json:"channels"` // open channels
+	// WindowBytes is the memory the channels' windows take (payloads
+	// retained and the room their rings have grown for), which
+	// [WithPeerBudget] bounds; IdleBytes is the part held by windows that
+	// are empty and over their share, which a sender short of budget takes
+	// back.
+	WindowBytes int64 `json:"window_bytes"`
+	IdleBytes   int64 `json:"idle_bytes"`
+	Budget      int   `json:"budget"`
+}
+
+func (p *Peer) stats() PeerStats {
+	return PeerStats{
+		Addr:        p.addr,
+		Channels:    int(p.nchannels.Load()),
+		WindowBytes: p.charged.Load(),
+		IdleBytes:   p.idle.Load(),
+		Budget:      p.node.o.peerBudget,
+	}
 }
 
 // Totals sums the counters of all connections, open and closed.
@@ -191,7 +221,8 @@ func (ch *channel) stats() ChannelStats {
 		Resent:   ch.mu.resent,
 		Attached: ch.mu.conn != nil,
 	}
-	s.Unacked, _ = ch.mu.win.Retained()
+	s.Unacked, s.UnackedBytes = ch.mu.win.Retained()
+	s.WindowBytes = ch.mu.win.Footprint()
 	if ch.mu.trk != nil {
 		s.Tracker = ch.mu.trk.Stats()
 	}

@@ -33,10 +33,14 @@
 // # Memory
 //
 // Payloads are copied into one byte ring per Sender and message records into
-// one record ring; both grow on demand (doubling) up to their bound, so an idle
-// channel costs a few hundred bytes and a busy one at most Config.MaxBytes
-// plus 24 bytes per message of Config.MaxMessages. Once grown, Push, MarkSent
-// and Ack allocate nothing. A payload is stored contiguously: when it does not
+// one record ring; both are allocated at the first Push and grow on demand
+// (doubling) up to their bound, so a channel that never sent costs nothing
+// and a busy one at most Config.MaxBytes plus 24 bytes per message of
+// Config.MaxMessages ([Config.MaxFootprint]). Once grown, Push, MarkSent and
+// Ack allocate nothing. [Sender.Footprint] is what the rings take now and
+// [Sender.PushCost] what a Push would add, so that a caller can bound the
+// memory of many windows together; [Sender.Trim] gives back what a window
+// does not retain. A payload is stored contiguously: when it does not
 // fit before the end of the ring it starts again at the front, and the few
 // bytes skipped at the end count against byte credit until the messages before
 // them are acknowledged. The window therefore never holds more than MaxBytes,
@@ -51,6 +55,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unsafe"
 )
 
 // Limits on a [Config], so that offsets fit the record ring's 32-bit fields.
@@ -113,6 +118,11 @@ func DefaultConfig() Config {
 	}
 }
 
+// MaxFootprint is the most memory a window with this configuration takes
+// (see [Sender.Footprint]): MaxBytes of payload ring and a record for each
+// of MaxMessages, rounded up to a power of two.
+func (c Config) MaxFootprint() int { return c.MaxBytes + ceilPow2(c.MaxMessages)*recordSize }
+
 // Validate reports the first field that is out of range.
 func (c Config) Validate() error {
 	switch {
@@ -137,11 +147,15 @@ type record struct {
 	n   uint32
 }
 
-// Initial ring sizes; both rings double on demand up to the configured bound.
+// Initial ring sizes; both rings are allocated at the first Push and double
+// on demand up to the configured bound.
 const (
-	initialRecords = 16
-	initialBytes   = 1 << 10
+	initialRecords = 4
+	initialBytes   = 256
 )
+
+// recordSize is the memory one slot of the record ring takes.
+const recordSize = int(unsafe.Sizeof(record{}))
 
 // Sender is the source side of one channel's window. Create it with
 // [NewSender].
@@ -184,18 +198,12 @@ func NewSender(cfg Config, firstSeq uint64) *Sender {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
-	nrec := initialRecords
-	if p := ceilPow2(cfg.MaxMessages); p < nrec {
-		nrec = p
-	}
 	s := &Sender{
 		cfg:        cfg,
 		acked:      firstSeq,
 		nextToSend: firstSeq,
 		nextSeq:    firstSeq,
 		sentHigh:   firstSeq,
-		recs:       make([]record, nrec),
-		mask:       uint64(nrec - 1),
 		dueMsgs:    max(1, int(math.Ceil(cfg.AckRequestShare*float64(cfg.MaxMessages)))),
 		dueBytes:   max(1, int(math.Ceil(cfg.AckRequestShare*float64(cfg.MaxBytes)))),
 	}
@@ -234,17 +242,38 @@ func (s *Sender) InFlight() int { return int(s.sentHigh - s.acked) }
 
 // HasCredit reports whether a payload of size bytes can be pushed now.
 func (s *Sender) HasCredit(size int) bool {
+	_, ok := s.PushCost(size)
+	return ok
+}
+
+// PushCost reports whether a payload of size bytes can be pushed now and,
+// if so, how many bytes of ring memory the Push will allocate to hold it:
+// 0 when it fits in the rings as they are. A caller that bounds the memory
+// of many windows charges the cost before pushing (see [Sender.Footprint]).
+func (s *Sender) PushCost(size int) (cost int, ok bool) {
 	if size < 0 || size > s.cfg.MaxBytes || s.nextSeq == math.MaxUint64 {
-		return false
+		return 0, false
 	}
 	if int(s.nextSeq-s.acked) >= s.cfg.MaxMessages || s.payBytes+size > s.cfg.MaxBytes {
-		return false
+		return 0, false
 	}
-	if _, ok := s.place(size); ok {
-		return true
+	if _, fits := s.place(size); !fits {
+		if len(s.buf) >= s.cfg.MaxBytes {
+			return 0, false // full size, and the free space is split
+		}
+		cost = s.grownBytes(size) - len(s.buf)
 	}
-	return len(s.buf) < s.cfg.MaxBytes // the ring can grow to make room
+	if int(s.nextSeq-s.acked) >= len(s.recs) {
+		cost += (s.grownRecords() - len(s.recs)) * recordSize
+	}
+	return cost, true
 }
+
+// Footprint is the memory the window's rings take, in bytes: what it
+// retains plus the room it has grown for. It changes only in Push (by
+// [Sender.PushCost]), in Ack (an emptied window gives back memory it has
+// not needed lately) and in [Sender.Trim].
+func (s *Sender) Footprint() int { return len(s.buf) + len(s.recs)*recordSize }
 
 // place returns where a payload of n bytes would go in the byte ring without
 // growing it.
@@ -306,15 +335,26 @@ func (s *Sender) Push(ts int64, payload []byte) (seq uint64, err error) {
 	return seq, nil
 }
 
-// growBytes re-packs the retained payloads at the front of a larger ring that
-// has room for n more bytes.
-func (s *Sender) growBytes(n int) {
+// grownBytes is the size growBytes(n) makes the byte ring.
+func (s *Sender) grownBytes(n int) int {
 	size := max(initialBytes, 2*len(s.buf))
 	for size < s.payBytes+n {
 		size *= 2
 	}
-	size = min(size, s.cfg.MaxBytes)
-	nb := make([]byte, size)
+	return min(size, s.cfg.MaxBytes)
+}
+
+// growBytes re-packs the retained payloads at the front of a larger ring that
+// has room for n more bytes.
+func (s *Sender) growBytes(n int) { s.repackBytes(s.grownBytes(n)) }
+
+// repackBytes moves the retained payloads to the front of a new ring of size
+// bytes, which must hold them.
+func (s *Sender) repackBytes(size int) {
+	var nb []byte
+	if size > 0 {
+		nb = make([]byte, size)
+	}
 	pos := 0
 	for seq := s.acked; seq != s.nextSeq; seq++ {
 		r := &s.recs[seq&s.mask]
@@ -325,11 +365,25 @@ func (s *Sender) growBytes(n int) {
 	s.buf, s.bhead, s.btail, s.wrapped = nb, 0, pos, false
 }
 
-// growRecords doubles the record ring, keeping each retained record at its
-// sequence number's new slot.
-func (s *Sender) growRecords() {
-	nr := make([]record, 2*len(s.recs))
-	nmask := uint64(len(nr) - 1)
+// grownRecords is the length growRecords gives the record ring.
+func (s *Sender) grownRecords() int {
+	if len(s.recs) == 0 {
+		return min(initialRecords, ceilPow2(s.cfg.MaxMessages))
+	}
+	return 2 * len(s.recs)
+}
+
+// growRecords doubles the record ring (or allocates the first one).
+func (s *Sender) growRecords() { s.resizeRecords(s.grownRecords()) }
+
+// resizeRecords moves the record ring to one of n slots, a power of two that
+// holds every retained record, each at its sequence number's new slot.
+func (s *Sender) resizeRecords(n int) {
+	var nr []record
+	if n > 0 {
+		nr = make([]record, n)
+	}
+	nmask := uint64(max(n, 1) - 1)
 	for seq := s.acked; seq != s.nextSeq; seq++ {
 		nr[seq&nmask] = s.recs[seq&s.mask]
 	}
@@ -414,12 +468,37 @@ func (s *Sender) maybeShrink() {
 		return
 	}
 	if want := max(initialBytes, ceilPow2(2*s.peakBytes)); want*4 <= len(s.buf) {
-		s.buf = make([]byte, want)
+		s.repackBytes(want)
 	}
 	if want := max(initialRecords, ceilPow2(2*s.peakMsgs)); want*4 <= len(s.recs) {
-		s.recs, s.mask = make([]record, want), uint64(want-1)
+		s.resizeRecords(want)
 	}
 	s.empties, s.peakBytes, s.peakMsgs = 0, 0, 0
+}
+
+// Trim gives back ring memory beyond what the retained messages need: an
+// empty window frees both rings (the next Push allocates small ones again),
+// and a ring at least four times larger than twice what it retains is
+// re-packed into one that size. It returns the bytes of [Sender.Footprint]
+// it freed. A caller bounding the memory of many windows trims them when
+// memory is short; on its own a window shrinks only when it empties (every
+// 64th time, to twice the most it retained since the last look).
+func (s *Sender) Trim() (freed int) {
+	before := s.Footprint()
+	msgs := int(s.nextSeq - s.acked)
+	if msgs == 0 {
+		s.buf, s.recs, s.mask = nil, nil, 0
+		s.bhead, s.btail, s.wrapped = 0, 0, false
+		s.empties, s.peakBytes, s.peakMsgs = 0, 0, 0
+		return before
+	}
+	if want := max(initialBytes, ceilPow2(2*s.payBytes)); want*4 <= len(s.buf) {
+		s.repackBytes(want)
+	}
+	if want := max(initialRecords, ceilPow2(2*msgs)); want*4 <= len(s.recs) {
+		s.resizeRecords(want)
+	}
+	return before - s.Footprint()
 }
 
 // Rewind moves the transmit cursor back to seq so that the messages from seq

@@ -286,7 +286,7 @@ func TestRandomAgainstModel(t *testing.T) {
 		model := map[uint64][]byte{}
 		var sentHigh = first
 		for step := range 3000 {
-			switch r := rng.IntN(10); {
+			switch r := rng.IntN(11); {
 			case r < 5:
 				n := rng.IntN(cfg.MaxBytes/2 + 2)
 				if rng.IntN(10) == 0 {
@@ -296,9 +296,14 @@ func TestRandomAgainstModel(t *testing.T) {
 				p := pool[o : o+n : o+n] // never modified: the model may alias it
 				msgs, b := s.Retained()
 				credit := s.HasCredit(n)
+				cost, costOK := s.PushCost(n)
+				fp := s.Footprint()
 				seq, err := s.Push(int64(step), p)
-				if credit != (err == nil) {
-					t.Fatalf("seed %d: HasCredit(%d) = %v but Push err = %v", seed, n, credit, err)
+				if credit != (err == nil) || costOK != credit {
+					t.Fatalf("seed %d: HasCredit(%d) = %v, PushCost ok = %v, but Push err = %v", seed, n, credit, costOK, err)
+				}
+				if grew := s.Footprint() - fp; err == nil && grew != cost {
+					t.Fatalf("seed %d step %d: PushCost(%d) = %d but the rings grew by %d", seed, step, n, cost, grew)
 				}
 				if err == nil {
 					if seq != s.NextSeq()-1 {
@@ -323,10 +328,18 @@ func TestRandomAgainstModel(t *testing.T) {
 				for seq := next - uint64(freed); seq < next; seq++ {
 					delete(model, seq)
 				}
-			default:
+			case r < 10:
 				to := s.Acked() + uint64(rng.IntN(int(s.NextToSend()-s.Acked())+1))
 				if _, err := s.Rewind(to); err != nil {
 					t.Fatal(err)
+				}
+			default:
+				fp := s.Footprint()
+				if freed := s.Trim(); freed != fp-s.Footprint() || freed < 0 {
+					t.Fatalf("seed %d step %d: Trim freed %d, the footprint went %d -> %d", seed, step, freed, fp, s.Footprint())
+				}
+				if msgs, _ := s.Retained(); msgs == 0 && s.Footprint() != 0 {
+					t.Fatalf("seed %d step %d: an empty window trimmed to %d bytes, want 0", seed, step, s.Footprint())
 				}
 			}
 			msgs, b := s.Retained()

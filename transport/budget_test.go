@@ -1,0 +1,189 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/window"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// gate is a handler factory whose handlers block until the gate opens,
+// then collect as a collector does.
+type gate struct {
+	open chan struct{}
+	once sync.Once
+	col  *collector
+}
+
+// newGate returns a closed gate. Call it after the nodes are made: it opens
+// when the test ends, before they are aborted (which waits for handlers).
+func newGate(t *testing.T) *gate {
+	g := &gate{open: make(chan struct{}), col: newCollector()}
+	t.Cleanup(g.release)
+	return g
+}
+
+func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
+
+func (g *gate) handler(id taskid.ID) Handler {
+	h := g.col.handler(id)
+	return func(ch taskid.Channel, first uint64, msgs []wire.Message) {
+		<-g.open
+		h(ch, first, msgs)
+	}
+}
+
+// peerStats returns the stats of tx's only peer.
+func peerStats(t *testing.T, tx *Node) PeerStats {
+	t.Helper()
+	ps := tx.Stats(false).Peers
+	if len(ps) != 1 {
+		t.Fatalf("%d peers in Stats, want 1", len(ps))
+	}
+	return ps[0]
+}
+
+// TestPeerBudgetBoundsWindowMemory fills the windows of many channels whose
+// receiver consumes nothing: what their rings take, not only the payloads
+// they retain, stays within the peer budget, and everything sent arrives
+// once the receiver consumes.
+func TestPeerBudgetBoundsWindowMemory(t *testing.T) {
+	const budget, channels, size = 256 << 10, 100, 100
+	w := window.DefaultConfig()
+	w.MaxBytes, w.MaxMessages = 64<<10, 1024
+	rx, tx, p := newPair(t, nil, []Option{WithPeerBudget(budget), WithWindow(w)})
+	g := newGate(t)
+	rx.HandleAll(g.handler)
+	ctx := ctxT(t, 20*time.Second)
+	senders := make([]*Sender, channels)
+	for i := range senders {
+		var err error
+		senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Bursts of uneven length, so that rings of many sizes compete for the
+	// budget, until a whole pass finds no credit anywhere.
+	sent := make([]uint64, channels)
+	for progressed := true; progressed; {
+		progressed = false
+		for i, s := range senders {
+			for range 1 + i%37 {
+				err := s.TrySend(0, payload(sent[i], size))
+				if errors.Is(err, ErrNoCredit) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent[i]++
+				progressed = true
+			}
+		}
+		if st := peerStats(t, tx); st.WindowBytes > budget {
+			t.Fatalf("windows take %d bytes, over the budget of %d", st.WindowBytes, budget)
+		}
+	}
+	var total uint64
+	for _, n := range sent {
+		total += n
+	}
+	st := tx.Stats(true)
+	var sum int64
+	for _, c := range st.Channels {
+		sum += int64(c.WindowBytes)
+	}
+	if pst := peerStats(t, tx); sum != pst.WindowBytes || pst.Budget != budget || pst.Channels != channels {
+		t.Errorf("peer stats %+v, its channels' windows sum to %d", pst, sum)
+	}
+	// The budget, not the windows (64 KiB each), stopped the
+	// senders, and most of it holds payload.
+	if total*size < budget/3 || total*size > budget {
+		t.Errorf("sent %d bytes against a budget of %d", total*size, budget)
+	}
+	g.release()
+	for _, s := range senders {
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.col.check(t, int64(total))
+}
+
+// TestIdleWindowsGiveBackTheirMemory: windows that emptied while the budget
+// was plentiful keep their rings for the next burst; once those rings are
+// all that stands between a sender and the budget, they are taken back, even
+// though no ack will ever come to their channels again.
+func TestIdleWindowsGiveBackTheirMemory(t *testing.T) {
+	const size, burst = 64 << 10, 16 // a default window's 1 MiB
+	// Room for three full windows and less than a fourth message.
+	const budget = 3*(burst*size+burst*24) + size/2
+	rx, tx, p := newPair(t, nil, []Option{WithPeerBudget(budget)})
+	g, col := newGate(t), newCollector()
+	rx.HandleAll(func(id taskid.ID) Handler {
+		if id.Index == 2 {
+			return g.handler(id)
+		}
+		return col.handler(id)
+	})
+	ctx := ctxT(t, 20*time.Second)
+	senders := make([]*Sender, 5)
+	for i := range senders {
+		var err error
+		senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sendBurst := func(s *Sender, ctx context.Context) error {
+		for k := range burst {
+			if err := s.Send(ctx, 0, payload(uint64(k), size)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, s := range senders[:2] {
+		if err := sendBurst(s, ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := peerStats(t, tx); st.IdleBytes < 2*burst*size {
+		t.Fatalf("after two bursts that were acknowledged: %+v, want two idle windows", st)
+	}
+	// The gated channel fills a third window and keeps it.
+	if err := sendBurst(senders[2], ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is left for another channel but the idle rings.
+	if err := senders[4].TrySend(0, payload(0, size)); !errors.Is(err, ErrNoCredit) {
+		t.Fatalf("TrySend with the budget held by idle rings: %v, want ErrNoCredit", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := sendBurst(senders[4], sctx)
+	if err == nil {
+		err = senders[4].Flush(sctx)
+	}
+	if err != nil {
+		t.Fatalf("a sender short of budget while idle windows held it: %v (%+v)", err, peerStats(t, tx))
+	}
+	if st := peerStats(t, tx); st.WindowBytes > budget || st.IdleBytes > budget {
+		t.Errorf("after reclaiming: %+v", st)
+	}
+	g.release()
+	if err := senders[2].Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	col.check(t, 3*burst)
+	g.col.check(t, burst)
+}
