@@ -60,7 +60,13 @@ func (s *Sender) Peer() *Peer { return s.ch.peer }
 // exhausted takes idle rings back (reclaimIdle) before it waits.
 
 // charge takes n bytes of the budget, or reports that they are not free.
+// It looks before it takes: with the budget exhausted, producers that try
+// channel after channel would otherwise bounce the counter's cache line
+// between cores twice per try.
 func (p *Peer) charge(n int64) bool {
+	if !p.fits(n) {
+		return false
+	}
 	if p.charged.Add(n) > int64(p.node.o.peerBudget) {
 		p.charged.Add(-n)
 		return false

@@ -266,9 +266,11 @@ func TestRequestDueCountsResends(t *testing.T) {
 	}
 }
 
-// TestRandomAgainstModel drives a Sender with random pushes of random sizes,
-// sends, acks and rewinds, and checks every retained payload against a plain
-// copy, the credit rules, and the memory bound.
+// TestRandomAgainstModel drives Senders with random pushes of random sizes,
+// sends, acks, rewinds and trims, and checks every retained payload against
+// a plain copy, the credit rules, and the memory bound. Two Senders run
+// side by side, so that rings one gives back to the pools and the other
+// takes are checked too.
 func TestRandomAgainstModel(t *testing.T) {
 	seeds := 40
 	if testing.Short() {
@@ -276,91 +278,112 @@ func TestRandomAgainstModel(t *testing.T) {
 	}
 	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(uint64(seed), 7))
-		cfg := smallConfig(1+rng.IntN(64), 1+rng.IntN(4096))
-		first := rng.Uint64() >> 1
-		s := NewSender(cfg, first)
-		pool := make([]byte, 2*cfg.MaxBytes+2)
-		for i := range pool {
-			pool[i] = byte(rng.Uint32())
+		ms := []*modelRun{newModelRun(t, seed, rng), newModelRun(t, seed, rng)}
+		for step := range 6000 {
+			ms[rng.IntN(len(ms))].step(step)
 		}
-		model := map[uint64][]byte{}
-		var sentHigh = first
-		for step := range 3000 {
-			switch r := rng.IntN(11); {
-			case r < 5:
-				n := rng.IntN(cfg.MaxBytes/2 + 2)
-				if rng.IntN(10) == 0 {
-					n = rng.IntN(cfg.MaxBytes + 1)
-				}
-				o := rng.IntN(len(pool) - n + 1)
-				p := pool[o : o+n : o+n] // never modified: the model may alias it
-				msgs, b := s.Retained()
-				credit := s.HasCredit(n)
-				cost, costOK := s.PushCost(n)
-				fp := s.Footprint()
-				seq, err := s.Push(int64(step), p)
-				if credit != (err == nil) || costOK != credit {
-					t.Fatalf("seed %d: HasCredit(%d) = %v, PushCost ok = %v, but Push err = %v", seed, n, credit, costOK, err)
-				}
-				if grew := s.Footprint() - fp; err == nil && grew != cost {
-					t.Fatalf("seed %d step %d: PushCost(%d) = %d but the rings grew by %d", seed, step, n, cost, grew)
-				}
-				if err == nil {
-					if seq != s.NextSeq()-1 {
-						t.Fatalf("seed %d: Push gave seq %d, NextSeq is now %d", seed, seq, s.NextSeq())
-					}
-					model[seq] = p
-				} else if msgs < cfg.MaxMessages && b+n <= cfg.MaxBytes && msgs == 0 {
-					t.Fatalf("seed %d: an empty window refused %d bytes: %v", seed, n, err)
-				}
-			case r < 7:
-				through := s.NextToSend() + uint64(rng.IntN(s.Unsent()+1))
-				if err := s.MarkSent(through); err != nil {
-					t.Fatal(err)
-				}
-				sentHigh = max(sentHigh, through)
-			case r < 9:
-				next := s.Acked() + uint64(rng.IntN(int(sentHigh-s.Acked())+1))
-				freed, err := s.Ack(next)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for seq := next - uint64(freed); seq < next; seq++ {
-					delete(model, seq)
-				}
-			case r < 10:
-				to := s.Acked() + uint64(rng.IntN(int(s.NextToSend()-s.Acked())+1))
-				if _, err := s.Rewind(to); err != nil {
-					t.Fatal(err)
-				}
-			default:
-				fp := s.Footprint()
-				if freed := s.Trim(); freed != fp-s.Footprint() || freed < 0 {
-					t.Fatalf("seed %d step %d: Trim freed %d, the footprint went %d -> %d", seed, step, freed, fp, s.Footprint())
-				}
-				if msgs, _ := s.Retained(); msgs == 0 && s.Footprint() != 0 {
-					t.Fatalf("seed %d step %d: an empty window trimmed to %d bytes, want 0", seed, step, s.Footprint())
-				}
-			}
-			msgs, b := s.Retained()
-			if msgs != len(model) || msgs > cfg.MaxMessages || b > cfg.MaxBytes || len(s.buf) > cfg.MaxBytes {
-				t.Fatalf("seed %d step %d: retained %d msgs %d bytes (ring %d), model %d, cfg %+v", seed, step, msgs, b, len(s.buf), len(model), cfg)
-			}
-			if s.NextSeq()-s.Acked() != uint64(len(model)) {
-				t.Fatalf("seed %d: cursors %+v, model %d", seed, cursorsOf(s), len(model))
-			}
-			sum := 0
-			for seq := s.Acked(); seq < s.NextSeq(); seq++ {
-				_, p := s.Message(seq)
-				if !bytes.Equal(p, model[seq]) {
-					t.Fatalf("seed %d step %d: Message(%d) = %x, want %x", seed, step, seq, p, model[seq])
-				}
-				sum += len(p)
-			}
-			if sum != b {
-				t.Fatalf("seed %d: retained bytes %d, payloads sum to %d", seed, b, sum)
-			}
+	}
+}
+
+// modelRun is one Sender beside a plain model of what it must retain.
+type modelRun struct {
+	t        *testing.T
+	seed     int
+	rng      *rand.Rand
+	cfg      Config
+	s        *Sender
+	pool     []byte
+	model    map[uint64][]byte
+	sentHigh uint64
+}
+
+func newModelRun(t *testing.T, seed int, rng *rand.Rand) *modelRun {
+	cfg := smallConfig(1+rng.IntN(64), 1+rng.IntN(4096))
+	first := rng.Uint64() >> 1
+	m := &modelRun{t: t, seed: seed, rng: rng, cfg: cfg, s: NewSender(cfg, first),
+		pool: make([]byte, 2*cfg.MaxBytes+2), model: map[uint64][]byte{}, sentHigh: first}
+	for i := range m.pool {
+		m.pool[i] = byte(rng.Uint32())
+	}
+	return m
+}
+
+func (m *modelRun) step(step int) {
+	t, seed, rng, cfg, s, model := m.t, m.seed, m.rng, m.cfg, m.s, m.model
+	t.Helper()
+	switch r := rng.IntN(11); {
+	case r < 5:
+		n := rng.IntN(cfg.MaxBytes/2 + 2)
+		if rng.IntN(10) == 0 {
+			n = rng.IntN(cfg.MaxBytes + 1)
 		}
+		o := rng.IntN(len(m.pool) - n + 1)
+		p := m.pool[o : o+n : o+n] // never modified: the model may alias it
+		msgs, b := s.Retained()
+		credit := s.HasCredit(n)
+		cost, costOK := s.PushCost(n)
+		fp := s.Footprint()
+		seq, err := s.Push(int64(step), p)
+		if credit != (err == nil) || costOK != credit {
+			t.Fatalf("seed %d: HasCredit(%d) = %v, PushCost ok = %v, but Push err = %v", seed, n, credit, costOK, err)
+		}
+		if grew := s.Footprint() - fp; err == nil && grew != cost {
+			t.Fatalf("seed %d step %d: PushCost(%d) = %d but the rings grew by %d", seed, step, n, cost, grew)
+		}
+		if err == nil {
+			if seq != s.NextSeq()-1 {
+				t.Fatalf("seed %d: Push gave seq %d, NextSeq is now %d", seed, seq, s.NextSeq())
+			}
+			model[seq] = p
+		} else if msgs < cfg.MaxMessages && b+n <= cfg.MaxBytes && msgs == 0 {
+			t.Fatalf("seed %d: an empty window refused %d bytes: %v", seed, n, err)
+		}
+	case r < 7:
+		through := s.NextToSend() + uint64(rng.IntN(s.Unsent()+1))
+		if err := s.MarkSent(through); err != nil {
+			t.Fatal(err)
+		}
+		m.sentHigh = max(m.sentHigh, through)
+	case r < 9:
+		next := s.Acked() + uint64(rng.IntN(int(m.sentHigh-s.Acked())+1))
+		freed, err := s.Ack(next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seq := next - uint64(freed); seq < next; seq++ {
+			delete(model, seq)
+		}
+	case r < 10:
+		to := s.Acked() + uint64(rng.IntN(int(s.NextToSend()-s.Acked())+1))
+		if _, err := s.Rewind(to); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		fp := s.Footprint()
+		if freed := s.Trim(); freed != fp-s.Footprint() || freed < 0 {
+			t.Fatalf("seed %d step %d: Trim freed %d, the footprint went %d -> %d", seed, step, freed, fp, s.Footprint())
+		}
+		if msgs, _ := s.Retained(); msgs == 0 && s.Footprint() != 0 {
+			t.Fatalf("seed %d step %d: an empty window trimmed to %d bytes, want 0", seed, step, s.Footprint())
+		}
+	}
+	msgs, b := s.Retained()
+	if msgs != len(model) || msgs > cfg.MaxMessages || b > cfg.MaxBytes || len(s.buf) > cfg.MaxBytes {
+		t.Fatalf("seed %d step %d: retained %d msgs %d bytes (ring %d), model %d, cfg %+v", seed, step, msgs, b, len(s.buf), len(model), cfg)
+	}
+	if s.NextSeq()-s.Acked() != uint64(len(model)) {
+		t.Fatalf("seed %d: cursors %+v, model %d", seed, cursorsOf(s), len(model))
+	}
+	sum := 0
+	for seq := s.Acked(); seq < s.NextSeq(); seq++ {
+		_, p := s.Message(seq)
+		if !bytes.Equal(p, model[seq]) {
+			t.Fatalf("seed %d step %d: Message(%d) = %x, want %x", seed, step, seq, p, model[seq])
+		}
+		sum += len(p)
+	}
+	if sum != b {
+		t.Fatalf("seed %d: retained bytes %d, payloads sum to %d", seed, b, sum)
 	}
 }
 
