@@ -53,7 +53,7 @@ func defaultOptions() options {
 		batch:            batch.DefaultConfig(),
 		maxFrame:         wire.DefaultMaxFrame,
 		maxChannels:      65536,
-		peerBudget:       48 << 20,
+		peerBudget:       DefaultPeerBudget,
 		inboundBudget:    64 << 20,
 		handshakeTimeout: 5 * time.Second,
 		idleTimeout:      0,
@@ -203,6 +203,9 @@ func WithBackend(b Backend) Option { return func(o *options) { o.backend = b } }
 // (IP address) at a time; more are answered with GOAWAY LIMIT and closed at
 // once. Default 64.
 func WithMaxConnsPerAddr(n int) Option { return func(o *options) { o.maxConnsPerAddr = n } }
+
+// DefaultPeerBudget is the default of [WithPeerBudget].
+const DefaultPeerBudget = 48 << 20
 
 // DefaultSocketBuffer is the default of [WithSocketBuffers].
 const DefaultSocketBuffer = 1 << 20

@@ -98,6 +98,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if report.Config != nil {
 		report.Config["socket_buffer"] = sec.socketBuffer
+		report.Config["peer_budget"] = sec.peerBudget
 	}
 	if *memProfile != "" {
 		if err := writeHeapProfile(*memProfile); err != nil {

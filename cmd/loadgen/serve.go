@@ -28,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/window"
 	"github.com/sluicehq/sluice/wire"
 )
 
@@ -367,14 +368,16 @@ func localAddrToward(addr string) (string, error) {
 }
 
 // nodeFlags are the flags of the commands that open transport nodes:
-// --key-file, --tls and --socket-buffer.
+// --key-file, --tls, --socket-buffer and --peer-budget.
 type nodeFlags struct {
 	keyFile      string
 	tls          bool
 	socketBuffer int
+	peerBudget   int
 }
 
 func (s *nodeFlags) register(fs *flag.FlagSet) {
+	fs.IntVar(&s.peerBudget, "peer-budget", transport.DefaultPeerBudget, "memory the windows of all channels to one peer may take, in bytes (payloads not yet acknowledged and the room their rings have grown for); a producer that outruns the connection fills it, so more buys throughput with many channels at the cost of queueing and memory")
 	fs.IntVar(&s.socketBuffer, "socket-buffer", transport.DefaultSocketBuffer, "kernel send and receive buffer of each connection, in bytes (SO_SNDBUF, SO_RCVBUF); it caps a connection at this many bytes per round trip, so raise it for a long fat link; 0: the kernel's autotuning")
 	fs.StringVar(&s.keyFile, "key-file", "", "file holding the pre-shared key (at least 16 bytes; surrounding whitespace is trimmed) that every peer must prove it holds; all peers need the same file")
 	fs.BoolVar(&s.tls, "tls", false, "encrypt connections with TLS 1.3 (an ephemeral self-signed certificate; peers are authenticated by --key-file, which is required)")
@@ -391,6 +394,9 @@ func (s *nodeFlags) args() []string {
 	}
 	if s.socketBuffer != transport.DefaultSocketBuffer {
 		a = append(a, "--socket-buffer", strconv.Itoa(s.socketBuffer))
+	}
+	if s.peerBudget != transport.DefaultPeerBudget {
+		a = append(a, "--peer-budget", strconv.Itoa(s.peerBudget))
 	}
 	return a
 }
@@ -425,7 +431,10 @@ func (s *nodeFlags) options() ([]transport.Option, error) {
 	if s.socketBuffer < 0 {
 		return nil, fmt.Errorf("--socket-buffer must be >= 0 bytes, got %d", s.socketBuffer)
 	}
-	opts := []transport.Option{transport.WithSocketBuffers(s.socketBuffer)}
+	if least := window.DefaultConfig().MaxFootprint(); s.peerBudget < least {
+		return nil, fmt.Errorf("--peer-budget must be at least one full window's memory, %d bytes; got %d", least, s.peerBudget)
+	}
+	opts := []transport.Option{transport.WithSocketBuffers(s.socketBuffer), transport.WithPeerBudget(s.peerBudget)}
 	key, err := s.key()
 	if err != nil {
 		return nil, err

@@ -38,9 +38,10 @@ func TestTransportDeliveryChoice(t *testing.T) {
 	}
 }
 
-// --socket-buffer reaches the child processes of the engine scenarios only
-// when it is not the default, and a negative size is refused by name.
-func TestSocketBufferFlag(t *testing.T) {
+// --socket-buffer and --peer-budget reach the child processes of the engine
+// scenarios only when they are not the default, and a size out of range is
+// refused by name.
+func TestNodeFlags(t *testing.T) {
 	parse := func(args ...string) nodeFlags {
 		t.Helper()
 		var nf nodeFlags
@@ -65,5 +66,16 @@ func TestSocketBufferFlag(t *testing.T) {
 	bad := parse("--socket-buffer", "-1")
 	if _, err := bad.options(); err == nil || !strings.Contains(err.Error(), "--socket-buffer") {
 		t.Errorf("--socket-buffer -1: error %v, want one naming the flag", err)
+	}
+	nf = parse("--peer-budget", "8388608")
+	if got := parse(nf.args()...); got.peerBudget != 8<<20 {
+		t.Errorf("a child parsing %q gets --peer-budget %d, want 8 MiB", nf.args(), got.peerBudget)
+	}
+	if _, err := nf.options(); err != nil {
+		t.Fatal(err)
+	}
+	bad = parse("--peer-budget", "1000")
+	if _, err := bad.options(); err == nil || !strings.Contains(err.Error(), "--peer-budget") {
+		t.Errorf("--peer-budget 1000: error %v, want one naming the flag", err)
 	}
 }
