@@ -83,11 +83,11 @@ func (p *Peer) short() bool { return p.charged.Load() > int64(p.node.o.peerBudge
 // share is one channel's even share of the budget.
 func (p *Peer) share() int { return p.node.o.peerBudget / int(max(p.nchannels.Load(), 1)) }
 
-// reclaimIdle trims the idle windows (empty and over their share) and
-// reports whether that freed budget. One caller walks the channels at a
-// time; the others wait for the budget broadcast.
+// reclaimIdle trims the idle windows (empty and over their share) when the
+// budget is short, and reports whether that freed any of it. One caller
+// walks the channels at a time; the others wait for the budget broadcast.
 func (p *Peer) reclaimIdle() bool {
-	if p.idle.Load() <= 0 || !p.reclaiming.CompareAndSwap(false, true) {
+	if p.idle.Load() <= 0 || !p.short() || !p.reclaiming.CompareAndSwap(false, true) {
 		return false
 	}
 	defer p.reclaiming.Store(false)
