@@ -306,8 +306,10 @@ func (ch *channel) shut() {
 		return
 	}
 	ch.mu.closed = true
-	fp := ch.mu.win.Trim() + ch.mu.win.Footprint()
-	ch.peer.charged.Add(-int64(fp))
+	ch.peer.charged.Add(-int64(ch.mu.win.Footprint()))
+	if msgs, _ := ch.mu.win.Retained(); msgs == 0 {
+		ch.mu.win.Trim() // its rings go back to the pools
+	}
 	ch.peer.idle.Add(-ch.mu.idle)
 	ch.mu.idle = 0
 	ch.mu.conn = nil
