@@ -56,9 +56,9 @@ func (s *Sender) Peer() *Peer { return s.ch.peer }
 // larger than twice its channel's share (budget / channels) is trimmed to
 // what it retains whenever an ack frees some of it (to nothing when it
 // empties). Smaller windows keep their rings: trimming every window as its
-// burst is acknowledged made each next burst grow its rings again, and
-// 10,000 channels of 16-byte messages moved a fifth fewer (of 100 B and
-// 1 KiB, as many). A window over its share that emptied while
+// burst is acknowledged made each next burst allocate and grow its rings
+// again, and 10,000 channels of 16- and 100-byte messages moved a fifth
+// fewer. A window over its share that emptied while
 // the budget was not short keeps its rings for its next burst too; it is
 // counted as idle, and a sender that finds the budget short and no room
 // for its message takes idle rings back (reclaimIdle) before it waits, so

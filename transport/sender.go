@@ -307,9 +307,6 @@ func (ch *channel) shut() {
 	}
 	ch.mu.closed = true
 	ch.peer.charged.Add(-int64(ch.mu.win.Footprint()))
-	if msgs, _ := ch.mu.win.Retained(); msgs == 0 {
-		ch.mu.win.Trim() // its rings go back to the pools
-	}
 	ch.peer.idle.Add(-ch.mu.idle)
 	ch.mu.idle = 0
 	ch.mu.conn = nil

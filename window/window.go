@@ -171,9 +171,6 @@ type Sender struct {
 
 	recs []record // ring indexed by seq & recMask; len is a power of two
 	mask uint64
-	// The rings' boxes, which recycle them (pool.go); nil while a ring is.
-	bring *byteRing
-	rring *recordRing
 
 	buf      []byte // byte ring
 	bhead    int    // offset of the oldest retained payload
@@ -354,11 +351,9 @@ func (s *Sender) growBytes(n int) { s.repackBytes(s.grownBytes(n)) }
 // repackBytes moves the retained payloads to the front of a new ring of size
 // bytes, which must hold them.
 func (s *Sender) repackBytes(size int) {
-	var nr *byteRing
 	var nb []byte
 	if size > 0 {
-		nr = getBytes(size)
-		nb = nr.b
+		nb = make([]byte, size)
 	}
 	pos := 0
 	for seq := s.acked; seq != s.nextSeq; seq++ {
@@ -367,8 +362,7 @@ func (s *Sender) repackBytes(size int) {
 		r.off = uint32(pos)
 		pos += int(r.n)
 	}
-	putBytes(s.bring)
-	s.bring, s.buf, s.bhead, s.btail, s.wrapped = nr, nb, 0, pos, false
+	s.buf, s.bhead, s.btail, s.wrapped = nb, 0, pos, false
 }
 
 // grownRecords is the length growRecords gives the record ring.
@@ -385,24 +379,20 @@ func (s *Sender) growRecords() { s.resizeRecords(s.grownRecords()) }
 // resizeRecords moves the record ring to one of n slots, a power of two that
 // holds every retained record, each at its sequence number's new slot.
 func (s *Sender) resizeRecords(n int) {
-	var rr *recordRing
 	var nr []record
 	if n > 0 {
-		rr = getRecords(n)
-		nr = rr.r
+		nr = make([]record, n)
 	}
 	nmask := uint64(max(n, 1) - 1)
 	for seq := s.acked; seq != s.nextSeq; seq++ {
 		nr[seq&nmask] = s.recs[seq&s.mask]
 	}
-	putRecords(s.rring)
-	s.rring, s.recs, s.mask = rr, nr, nmask
+	s.recs, s.mask = nr, nmask
 }
 
 // Message returns a retained message, Acked() <= seq < NextSeq(). The payload
-// aliases the window's ring: it stays valid until the next Push, Ack or Trim
-// (any of which may move the retained payloads to another ring and give the
-// old one to another window), and the caller must not modify it. For a seq that is not retained Message
+// aliases the window's ring: it stays valid until [Sender.Ack] frees seq, and
+// the caller must not modify it. For a seq that is not retained Message
 // returns (0, nil); a retained empty payload is a non-nil empty slice.
 func (s *Sender) Message(seq uint64) (ts int64, payload []byte) {
 	if seq < s.acked || seq >= s.nextSeq {

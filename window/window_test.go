@@ -269,8 +269,7 @@ func TestRequestDueCountsResends(t *testing.T) {
 // TestRandomAgainstModel drives Senders with random pushes of random sizes,
 // sends, acks, rewinds and trims, and checks every retained payload against
 // a plain copy, the credit rules, and the memory bound. Two Senders run
-// side by side, so that rings one gives back to the pools and the other
-// takes are checked too.
+// side by side, interleaved, as a transport's channels do.
 func TestRandomAgainstModel(t *testing.T) {
 	seeds := 40
 	if testing.Short() {
