@@ -129,14 +129,15 @@ func WithMaxChannels(n int) Option { return func(o *options) { o.maxChannels = n
 // need more; a channel whose window already has room for a message sends
 // it. It bounds the sender's memory however many channels there are, beyond
 // a few hundred bytes of state per open channel. When more than half of it
-// is taken, windows over their channel's even share give back what they do
-// not retain. Keep it below the receivers' [WithInboundBudget], which an
-// honest sender must never pass. Default 48 MiB (one channel alone takes
-// at most 1.1 MiB with the default window). A producer that outruns the
-// connection fills the budget, so it trades throughput against queueing:
-// loadgen's 10,000 channels of 100-byte messages on loopback moved 3.6 M
-// msgs/s with 48 MiB (p50 latency 52 ms) and 3.8 M with 64 MiB (p50 67 ms,
-// and no margin below the default inbound budget of 64 MiB).
+// is taken, windows over twice their channel's even share give back what
+// they do not retain. Keep it below the receivers' [WithInboundBudget],
+// which an honest sender must never pass. Default 48 MiB (one channel
+// alone takes at most 1.1 MiB with the default window). A producer that
+// outruns the connection fills the budget, so it trades throughput against
+// queueing: loadgen's 10,000 channels of 100-byte messages on loopback
+// moved 3.2-3.5 M msgs/s with 48 MiB (p50 latency 52-56 ms) and 3.4-3.8 M
+// with 64 MiB, with more queueing and memory and no margin below the
+// default inbound budget of 64 MiB.
 func WithPeerBudget(n int) Option { return func(o *options) { o.peerBudget = n } }
 
 // WithInboundBudget limits the payload bytes received on one connection and
