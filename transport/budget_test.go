@@ -187,3 +187,86 @@ func TestIdleWindowsGiveBackTheirMemory(t *testing.T) {
 	col.check(t, 3*burst)
 	g.col.check(t, burst)
 }
+
+// TestBudgetAccountingBalances runs senders of mixed sizes on many channels
+// against a budget small enough to be short all the time, so that windows
+// are charged, trimmed and reclaimed concurrently with acks: everything
+// arrives once, the budget is never passed, and once every channel is
+// closed the peer holds nothing.
+func TestBudgetAccountingBalances(t *testing.T) {
+	const channels, perChannel = 40, 400
+	w := window.DefaultConfig()
+	w.MaxBytes, w.MaxMessages = 32<<10, 256
+	budget := 4 * w.MaxFootprint()
+	rx, tx, p := newPair(t, nil, []Option{WithPeerBudget(budget), WithWindow(w)})
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	ctx := ctxT(t, 30*time.Second)
+	senders := make([]*Sender, channels)
+	for i := range senders {
+		var err error
+		senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i % 7)})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	over := make(chan PeerStats, 1)
+	go func() { // watch the budget while the senders run
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if st := peerStats(t, tx); st.WindowBytes > int64(budget) {
+				select {
+				case over <- st:
+				default:
+				}
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, channels)
+	for i, s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range perChannel {
+				size := 8 + (k*131+i*17)%(2<<10) // 8 B to 2 KiB
+				if k%50 == 49 {
+					size = 12 << 10 // now and then a burst-sized one
+				}
+				if err := s.Send(ctx, int64(k), payload(uint64(k), size)); err != nil {
+					errs <- err
+					return
+				}
+			}
+			if err := s.Flush(ctx); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	select {
+	case st := <-over:
+		t.Errorf("windows took %d bytes, over the budget of %d", st.WindowBytes, budget)
+	default:
+	}
+	col.check(t, channels*perChannel)
+	for _, s := range senders {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := peerStats(t, tx); st.WindowBytes != 0 || st.IdleBytes != 0 || st.Channels != 0 {
+		t.Errorf("after closing every channel the peer holds %+v, want nothing", st)
+	}
+}
