@@ -8,19 +8,24 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/transport"
 )
 
 // memSampler reads the process's resident set size once a second, so a
-// report can show that memory stays flat under load.
+// report can show that memory stays flat under load, and with a sending
+// node the memory its windows take against its peer budget.
 type memSampler struct {
 	stopc chan struct{}
 	wg    sync.WaitGroup
+	tx    *transport.Node // nil: no windows to sample
 	mu    sync.Mutex
 	rss   []int64 // KiB, one per second
+	win   int64   // the most window memory sampled, bytes
 }
 
-func startMemSampler() *memSampler {
-	m := &memSampler{stopc: make(chan struct{})}
+func startMemSampler(tx *transport.Node) *memSampler {
+	m := &memSampler{stopc: make(chan struct{}), tx: tx}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -29,11 +34,14 @@ func startMemSampler() *memSampler {
 		for {
 			select {
 			case <-t.C:
-				if kb, ok := procStatusKiB("VmRSS"); ok {
-					m.mu.Lock()
+				kb, ok := procStatusKiB("VmRSS")
+				win := m.windowBytes()
+				m.mu.Lock()
+				if ok {
 					m.rss = append(m.rss, kb)
-					m.mu.Unlock()
 				}
+				m.win = max(m.win, win)
+				m.mu.Unlock()
 			case <-m.stopc:
 				return
 			}
@@ -63,7 +71,33 @@ func (m *memSampler) stop() string {
 			fmt.Fprintf(&b, " %.0f", float64(v)/1024)
 		}
 	}
+	if m.tx != nil {
+		m.win = max(m.win, m.windowBytes())
+		fmt.Fprintf(&b, "; the sender's windows took at most %.1f MiB of the %.0f MiB peer budget (sampled each second)",
+			float64(m.win)/(1<<20), float64(m.budget())/(1<<20))
+	}
 	return b.String()
+}
+
+// windowBytes is the memory the sending node's windows take now, over all
+// its peers.
+func (m *memSampler) windowBytes() int64 {
+	if m.tx == nil {
+		return 0
+	}
+	var n int64
+	for _, p := range m.tx.Stats(false).Peers {
+		n += p.WindowBytes
+	}
+	return n
+}
+
+// budget is the sending node's peer budget.
+func (m *memSampler) budget() int {
+	for _, p := range m.tx.Stats(false).Peers {
+		return p.Budget
+	}
+	return 0
 }
 
 // procStatusKiB reads a "Name:  123 kB" line of /proc/self/status.

@@ -238,7 +238,7 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	prog := bench.NewProgress(stderr, &chk.delivered, rec)
 	start := time.Now()
 	prog.Start()
-	mem := startMemSampler()
+	mem := startMemSampler(tx)
 	stopMarks := markFaults(prog, tx, rx)
 	var sent int64
 	var sendErr error
