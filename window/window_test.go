@@ -284,11 +284,14 @@ func TestRandomAgainstModel(t *testing.T) {
 	}
 }
 
+// intner chooses a modelRun's steps: a seeded generator, or a fuzzer's bytes.
+type intner interface{ IntN(n int) int }
+
 // modelRun is one Sender beside a plain model of what it must retain.
 type modelRun struct {
 	t        *testing.T
 	seed     int
-	rng      *rand.Rand
+	rng      intner
 	cfg      Config
 	s        *Sender
 	pool     []byte
@@ -384,6 +387,40 @@ func (m *modelRun) step(step int) {
 	if sum != b {
 		t.Fatalf("seed %d: retained bytes %d, payloads sum to %d", seed, b, sum)
 	}
+}
+
+// FuzzSenderOps drives two Senders with steps the fuzzer chooses (each
+// byte pair one choice) and checks them against their models as
+// TestRandomAgainstModel does.
+func FuzzSenderOps(f *testing.F) {
+	f.Add(uint64(1), []byte{0, 0, 5, 0, 7, 0, 9, 0, 10, 0})
+	f.Add(uint64(7), []byte("pushes, sends, acks, rewinds and trims in any order"))
+	f.Fuzz(func(t *testing.T, seed uint64, steps []byte) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		src := &byteSource{b: steps}
+		ms := []*modelRun{newModelRun(t, int(seed), rng), newModelRun(t, int(seed), rng)}
+		for _, m := range ms {
+			m.rng = src
+		}
+		for step := 0; len(src.b) > 0; step++ {
+			ms[src.IntN(2)].step(step)
+		}
+	})
+}
+
+// byteSource makes choices from a fuzzer's bytes, two per choice, and
+// chooses 0 once they run out.
+type byteSource struct{ b []byte }
+
+func (s *byteSource) IntN(n int) int {
+	var v int
+	for range 2 {
+		if len(s.b) > 0 {
+			v = v<<8 | int(s.b[0])
+			s.b = s.b[1:]
+		}
+	}
+	return v % n
 }
 
 // TestSmallPayloadsUseTheWholeByteWindow checks that fragmentation at the
