@@ -270,3 +270,50 @@ func TestBudgetAccountingBalances(t *testing.T) {
 		t.Errorf("after closing every channel the peer holds %+v, want nothing", st)
 	}
 }
+
+// TestSmallIdleWindowsYieldToALargeMessage: twenty channels sent a burst
+// each and went quiet, each keeping rings within its share of the budget;
+// together they hold most of it. A channel that now needs a window's worth
+// for one message gets it within a few reclaim intervals, though no ack
+// will ever come to the quiet channels again.
+func TestSmallIdleWindowsYieldToALargeMessage(t *testing.T) {
+	w := window.DefaultConfig()
+	w.MaxBytes, w.MaxMessages = 64<<10, 64
+	budget := 2 * w.MaxFootprint()
+	rx, tx, p := newPair(t, nil, []Option{WithPeerBudget(budget), WithWindow(w)})
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	ctx := ctxT(t, 20*time.Second)
+	senders := make([]*Sender, 21)
+	for i := range senders {
+		var err error
+		senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range senders[:20] {
+		for k := range 40 {
+			if err := s.Send(ctx, 0, payload(uint64(k), 100)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := peerStats(t, tx)
+	if free := int64(budget) - st.WindowBytes; free >= int64(w.MaxBytes) {
+		t.Fatalf("the quiet channels hold %d of %d bytes: room is left for a large message, the test proves nothing", st.WindowBytes, budget)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	big := senders[20]
+	if err := big.Send(sctx, 0, payload(0, w.MaxBytes)); err != nil {
+		t.Fatalf("a message of a whole window with quiet windows holding the budget: %v (%+v)", err, peerStats(t, tx))
+	}
+	if err := big.Flush(sctx); err != nil {
+		t.Fatal(err)
+	}
+	col.check(t, 20*40+1)
+}

@@ -1,6 +1,9 @@
 package transport
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // CreditMark returns a mark to pass to [Peer.WaitCredit]: take it before
 // trying the channels, so that credit freed while trying is not missed.
@@ -23,7 +26,7 @@ func (p *Peer) CreditMark() uint64 { return p.budget.gen.Load() }
 func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 	w := p.budget.wait()
 	defer p.budget.done()
-	if p.budget.gen.Load() != mark || p.reclaimIdle() {
+	if p.budget.gen.Load() != mark || p.reclaimIdle(int64(p.node.o.peerBudget)/64) {
 		return nil
 	}
 	p.mu.Lock()
@@ -35,12 +38,19 @@ func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 	if closed {
 		return ErrClosed
 	}
+	var retry <-chan time.Time
+	if p.short() { // quiet windows may hold the budget: look again
+		t := time.NewTimer(reclaimEvery)
+		defer t.Stop()
+		retry = t.C
+	}
 	select {
 	case <-w:
-		return nil
+	case <-retry:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	return nil
 }
 
 // Peer is the peer this sender sends to.
@@ -62,21 +72,27 @@ func (s *Sender) Peer() *Peer { return s.ch.peer }
 // the budget was not short keeps its rings for its next burst too; it is
 // counted as idle, and a sender that finds the budget short and no room
 // for its message takes idle rings back (reclaimIdle) before it waits, so
-// that rings nobody will fill again cannot hold the budget forever.
+// that rings nobody will fill again cannot hold the budget forever. Empty
+// windows within their share keep their rings too, unless the budget has
+// stood still (no ack freed anything) for reclaimEvery while a sender
+// waited for it: quiet channels can hold all of it between them.
 
 // charge takes n bytes of the budget, or reports that they are not free.
-// It looks before it takes: with the budget exhausted, producers that try
-// channel after channel would otherwise bounce the counter's cache line
-// between cores twice per try.
+// It never takes them even for a moment when they are not free: with the
+// budget exhausted, producers trying channel after channel would otherwise
+// bounce the counter's cache line between cores twice per try, and Stats
+// would see the budget passed.
 func (p *Peer) charge(n int64) bool {
-	if !p.fits(n) {
-		return false
+	budget := int64(p.node.o.peerBudget)
+	for {
+		cur := p.charged.Load()
+		if cur+n > budget {
+			return false
+		}
+		if p.charged.CompareAndSwap(cur, cur+n) {
+			return true
+		}
 	}
-	if p.charged.Add(n) > int64(p.node.o.peerBudget) {
-		p.charged.Add(-n)
-		return false
-	}
-	return true
 }
 
 // fits reports whether n more bytes of the budget are free now.
@@ -88,34 +104,56 @@ func (p *Peer) short() bool { return p.charged.Load() > int64(p.node.o.peerBudge
 // share is one channel's even share of the budget.
 func (p *Peer) share() int { return p.node.o.peerBudget / int(max(p.nchannels.Load(), 1)) }
 
-// reclaimIdle trims the idle windows (empty and over their share) when the
-// budget is short, and reports whether that freed any of it. One caller
-// walks the channels at a time; the others wait for the budget broadcast.
-func (p *Peer) reclaimIdle() bool {
-	if p.idle.Load() <= 0 || !p.short() || !p.reclaiming.CompareAndSwap(false, true) {
+// reclaimEvery is how long the budget must have stood still (no ack freed
+// anything) before a sender short of it takes back the rings of empty
+// windows within their share too. Their rings are small, and while acks
+// come the budget turns over without that; but quiet channels can hold
+// all of it between them, and no ack will come to make them give it back.
+const reclaimEvery = 10 * time.Millisecond
+
+// reclaimIdle takes ring memory back from empty windows when the budget is
+// short and reports whether it freed any: from every window counted idle
+// (over its share), and, when the budget has stood still for reclaimEvery,
+// from the other empty windows until need bytes are freed. One caller
+// looks at a time; a channel whose lock is busy is not empty for long and
+// is skipped.
+func (p *Peer) reclaimIdle(need int64) bool {
+	if !p.short() {
+		return false
+	}
+	deep := false
+	now, last := p.node.now(), p.lookedAt.Load()
+	if need > 0 && now-last >= int64(reclaimEvery) && p.lookedAt.CompareAndSwap(last, now) {
+		// This caller looks: nothing freed since the last look?
+		gen := p.budget.gen.Load()
+		deep = p.lookedGen.Swap(gen) == gen
+	}
+	if (p.idle.Load() <= 0 && !deep) || !p.reclaiming.CompareAndSwap(false, true) {
 		return false
 	}
 	defer p.reclaiming.Store(false)
+	var released int64
 	p.mu.Lock()
-	chans := make([]*channel, 0, len(p.mu.channels))
 	for _, ch := range p.mu.channels {
-		chans = append(chans, ch)
-	}
-	p.mu.Unlock()
-	var released int
-	for _, ch := range chans {
-		ch.mu.Lock()
-		if ch.mu.idle != 0 && !ch.mu.closed {
-			released += ch.mu.win.Trim()
+		if !ch.mu.TryLock() {
+			continue
+		}
+		win := ch.mu.win
+		if !ch.mu.closed && (ch.mu.idle != 0 || deep && win.Acked() == win.NextSeq()) {
+			released += int64(win.Trim())
 			p.idle.Add(-ch.mu.idle)
 			ch.mu.idle = 0
 		}
 		ch.mu.Unlock()
+		if p.idle.Load() <= 0 && (!deep || released >= need) {
+			break
+		}
 	}
+	p.mu.Unlock()
 	if released == 0 {
 		return false
 	}
-	p.charged.Add(-int64(released))
+	p.charged.Add(-released)
 	p.budget.broadcast()
 	return true
 }

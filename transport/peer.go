@@ -29,9 +29,13 @@ type Peer struct {
 	charged    atomic.Int64
 	idle       atomic.Int64
 	reclaiming atomic.Bool
-	nchannels  atomic.Int64 // open channels, which share the budget
-	budget     notifier     // broadcast when window memory falls or credit grows
-	drained    notifier     // broadcast when a channel's last message is acknowledged
+	// When a sender short of budget last looked whether it stood still,
+	// and the budget's generation then (see reclaimIdle).
+	lookedAt  atomic.Int64
+	lookedGen atomic.Uint64
+	nchannels atomic.Int64 // open channels, which share the budget
+	budget    notifier     // broadcast when window memory falls or credit grows
+	drained   notifier     // broadcast when a channel's last message is acknowledged
 
 	nextSlot atomic.Uint32
 	stop     chan struct{}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/lossdetect"
 	"github.com/sluicehq/sluice/taskid"
@@ -235,12 +236,21 @@ func (ch *channel) waitCredit(ctx context.Context, size int) error {
 	if ok {
 		return nil
 	}
-	if budgetShort && p.reclaimIdle() {
-		return nil
+	var retry <-chan time.Time
+	if budgetShort {
+		if p.reclaimIdle(int64(cost)) {
+			return nil
+		}
+		// Quiet windows may hold the budget, and no ack would wake this
+		// sender: look again after reclaimEvery.
+		t := time.NewTimer(reclaimEvery)
+		defer t.Stop()
+		retry = t.C
 	}
 	select {
 	case <-w1:
 	case <-w2:
+	case <-retry:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
