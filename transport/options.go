@@ -130,7 +130,9 @@ func WithMaxChannels(n int) Option { return func(o *options) { o.maxChannels = n
 // it. It bounds the sender's memory however many channels there are, beyond
 // a few hundred bytes of state per open channel. When more than half of it
 // is taken, windows over twice their channel's even share give back what
-// they do not retain. Keep it below the receivers' [WithInboundBudget],
+// they do not retain, and a sender waiting for it takes back the rings of
+// empty windows (over their share at once, the others once no ack has
+// freed anything for 100 ms). Keep it below the receivers' [WithInboundBudget],
 // which an honest sender must never pass. Default 48 MiB (one channel
 // alone takes at most 1.1 MiB with the default window). A producer that
 // outruns the connection fills the budget, so it trades throughput against
