@@ -38,6 +38,32 @@ func (g *gate) handler(id taskid.ID) Handler {
 	}
 }
 
+// handleGated gives the targets with index i < len(gates) to gates[i]'s
+// handlers and the others to col.
+func handleGated(rx *Node, gates []*gate, col *collector) {
+	rx.HandleAll(func(id taskid.ID) Handler {
+		if int(id.Index) < len(gates) {
+			return gates[id.Index].handler(id)
+		}
+		return col.handler(id)
+	})
+}
+
+// openSenders opens n channels to p, from tasks (0, i) to tasks
+// (1, i % targets).
+func openSenders(t *testing.T, ctx context.Context, p *Peer, n, targets int) []*Sender {
+	t.Helper()
+	senders := make([]*Sender, n)
+	for i := range senders {
+		var err error
+		senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i % targets)})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return senders
+}
+
 // peerStats returns the stats of tx's only peer.
 func peerStats(t *testing.T, tx *Node) PeerStats {
 	t.Helper()
@@ -60,14 +86,7 @@ func TestPeerBudgetBoundsWindowMemory(t *testing.T) {
 	g := newGate(t)
 	rx.HandleAll(g.handler)
 	ctx := ctxT(t, 20*time.Second)
-	senders := make([]*Sender, channels)
-	for i := range senders {
-		var err error
-		senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	senders := openSenders(t, ctx, p, channels, channels)
 	// Bursts of uneven length, so that rings of many sizes compete for the
 	// budget, until a whole pass finds no credit anywhere.
 	sent := make([]uint64, channels)
@@ -129,21 +148,9 @@ func TestIdleWindowsGiveBackTheirMemory(t *testing.T) {
 	// each burst fills its whole window before any of it is acknowledged
 	// (and grows its rings to 1 MiB) however the machine schedules.
 	gates, col := []*gate{newGate(t), newGate(t), newGate(t)}, newCollector()
-	rx.HandleAll(func(id taskid.ID) Handler {
-		if int(id.Index) < len(gates) {
-			return gates[id.Index].handler(id)
-		}
-		return col.handler(id)
-	})
+	handleGated(rx, gates, col)
 	ctx := ctxT(t, 20*time.Second)
-	senders := make([]*Sender, 5)
-	for i := range senders {
-		var err error
-		senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	senders := openSenders(t, ctx, p, 5, 5)
 	sendBurst := func(s *Sender, ctx context.Context) error {
 		for k := range burst {
 			if err := s.Send(ctx, 0, payload(uint64(k), size)); err != nil {
@@ -208,14 +215,7 @@ func TestBudgetAccountingBalances(t *testing.T) {
 	col := newCollector()
 	rx.HandleAll(col.handler)
 	ctx := ctxT(t, 30*time.Second)
-	senders := make([]*Sender, channels)
-	for i := range senders {
-		var err error
-		senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i % 7)})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	senders := openSenders(t, ctx, p, channels, 7)
 	done := make(chan struct{})
 	over := make(chan PeerStats, 1)
 	go func() { // watch the budget while the senders run
@@ -294,21 +294,9 @@ func TestSmallIdleWindowsYieldToALargeMessage(t *testing.T) {
 	for i := range gates {
 		gates[i] = newGate(t)
 	}
-	rx.HandleAll(func(id taskid.ID) Handler {
-		if int(id.Index) < len(gates) {
-			return gates[id.Index].handler(id)
-		}
-		return col.handler(id)
-	})
+	handleGated(rx, gates, col)
 	ctx := ctxT(t, 20*time.Second)
-	senders := make([]*Sender, 21)
-	for i := range senders {
-		var err error
-		senders[i], err = p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	senders := openSenders(t, ctx, p, 21, 21)
 	for i, s := range senders[:20] {
 		for k := range 40 {
 			if err := s.Send(ctx, 0, payload(uint64(k), 100)); err != nil {
