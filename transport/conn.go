@@ -576,10 +576,7 @@ func (c *conn) scheduleLocked() {
 // addReadyLocked appends chs to the ready list, reusing the slots of
 // channels already popped before the list would grow. The caller holds mu.
 func (c *conn) addReadyLocked(chs ...*channel) {
-	if c.mu.readyHead > 0 && len(c.mu.ready)+len(chs) > cap(c.mu.ready) {
-		c.mu.ready, c.mu.readyHead = compactQueue(c.mu.ready, c.mu.readyHead), 0
-	}
-	c.mu.ready = append(c.mu.ready, chs...)
+	c.mu.ready, c.mu.readyHead = appendQueue(c.mu.ready, c.mu.readyHead, chs...)
 }
 
 func (c *conn) popReady() *channel {

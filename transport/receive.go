@@ -318,10 +318,7 @@ func newInbox(target taskid.ID) *inbox {
 
 func (in *inbox) push(d *delivery) {
 	in.mu.Lock()
-	if in.mu.head > 0 && len(in.mu.q) == cap(in.mu.q) {
-		in.mu.q, in.mu.head = compactQueue(in.mu.q, in.mu.head), 0
-	}
-	in.mu.q = append(in.mu.q, d)
+	in.mu.q, in.mu.head = appendQueue(in.mu.q, in.mu.head, d)
 	in.mu.Unlock()
 	select {
 	case in.wake <- struct{}{}:
@@ -329,16 +326,20 @@ func (in *inbox) push(d *delivery) {
 	}
 }
 
-// compactQueue moves q[head:] to the front of q and returns it. A queue
-// that is popped from the front and reset only when it empties (an inbox, a
-// connection's ready list) calls it before an append would grow it: under a
-// load that never lets it empty (a task that never catches up, a connection
-// with always more channels ready than one batch takes) it would otherwise
-// grow by a slot for everything it ever held.
-func compactQueue[T any](q []T, head int) []T {
-	n := copy(q, q[head:])
-	clear(q[n:])
-	return q[:n]
+// appendQueue appends items to a queue popped from the front, whose live
+// part is q[head:], and returns the queue and its head. When the append
+// would grow q it first moves the live part to the front: a queue reset
+// only when it empties (an inbox, a connection's ready list) would
+// otherwise, under a load that never lets it empty (a task that never
+// catches up, a connection with always more channels ready than one batch
+// takes), grow by a slot for everything it ever held.
+func appendQueue[T any](q []T, head int, items ...T) ([]T, int) {
+	if head > 0 && len(q)+len(items) > cap(q) {
+		n := copy(q, q[head:])
+		clear(q[n:])
+		q, head = q[:n], 0
+	}
+	return append(q, items...), head
 }
 
 // deliver gives d to h and counts its messages consumed.

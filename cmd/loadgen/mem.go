@@ -35,7 +35,7 @@ func startMemSampler(tx *transport.Node) *memSampler {
 			select {
 			case <-t.C:
 				kb, ok := procStatusKiB("VmRSS")
-				win := m.windowBytes()
+				win, _ := m.windows()
 				m.mu.Lock()
 				if ok {
 					m.rss = append(m.rss, kb)
@@ -72,32 +72,25 @@ func (m *memSampler) stop() string {
 		}
 	}
 	if m.tx != nil {
-		m.win = max(m.win, m.windowBytes())
+		win, budget := m.windows()
+		m.win = max(m.win, win)
 		fmt.Fprintf(&b, "; the sender's windows took at most %.1f MiB of the %.0f MiB peer budget (sampled each second)",
-			float64(m.win)/(1<<20), float64(m.budget())/(1<<20))
+			float64(m.win)/(1<<20), float64(budget)/(1<<20))
 	}
 	return b.String()
 }
 
-// windowBytes is the memory the sending node's windows take now, over all
-// its peers.
-func (m *memSampler) windowBytes() int64 {
+// windows returns the memory the sending node's windows take now, over all
+// its peers, and its peer budget.
+func (m *memSampler) windows() (bytes int64, budget int) {
 	if m.tx == nil {
-		return 0
+		return 0, 0
 	}
-	var n int64
 	for _, p := range m.tx.Stats(false).Peers {
-		n += p.WindowBytes
+		bytes += p.WindowBytes
+		budget = p.Budget
 	}
-	return n
-}
-
-// budget is the sending node's peer budget.
-func (m *memSampler) budget() int {
-	for _, p := range m.tx.Stats(false).Peers {
-		return p.Budget
-	}
-	return 0
+	return bytes, budget
 }
 
 // procStatusKiB reads a "Name:  123 kB" line of /proc/self/status.
