@@ -510,7 +510,8 @@ func (c *conn) sendCtrl(appendFrame func([]byte) []byte, faulty bool) {
 
 // directGap is how long a connection must at least have been without
 // writes for a sender to write to the socket itself instead of waking the
-// loop; the gap must also be twice what a direct write takes. A sender that
+// loop; the gap must also be as long as a direct write takes, so that
+// direct writes take at most half of a sender's time. A sender that
 // finds the connection idle saves the loop's wake-up (an eventfd write and a
 // thread switch, tens of microseconds on an idle virtual CPU); one that
 // sends faster leaves the writing to the loop, which gathers what arrives
@@ -539,7 +540,7 @@ func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct bool) {
 		return false
 	}
 	if mayDirect && c.fd >= 0 && !c.linkBuffered.Load() && c.state.Load() == stOpen &&
-		c.node.now()-c.lastWrite.Load() >= max(directGap, 2*c.writeCost.Load()) {
+		c.node.now()-c.lastWrite.Load() >= max(directGap, c.writeCost.Load()) {
 		// Claimed: nobody schedules the loop while the caller writes.
 		c.mu.scheduled = true
 		return true
@@ -783,8 +784,7 @@ func (c *conn) writeDirect(iov [][]byte, total int) bool {
 		n, err = unix.Writev(c.fd, iov)
 	}
 	c.fdMu.Unlock()
-	cost := c.writeCost.Load()
-	c.writeCost.Store(cost + (c.node.now()-start-cost)/8)
+	c.writeCost.Store(nextWriteCost(c.writeCost.Load(), c.node.now()-start))
 	if err == unix.EAGAIN || err == unix.EINTR {
 		n, err = 0, nil
 	}
@@ -810,6 +810,19 @@ func (c *conn) writeDirect(iov [][]byte, total int) bool {
 	c.scheduleLocked()
 	c.mu.Unlock()
 	return true
+}
+
+// nextWriteCost returns the moving average of what direct writes take
+// (ns), avg, updated with one write that took took. Each sample is capped at
+// twice the average plus 2µs: a write whose thread was descheduled for a
+// while (hundreds of microseconds, now and then, on a busy or virtual
+// machine) would otherwise raise the average for dozens of writes and keep
+// the senders of a request-response flow off the socket, each then paying
+// the loop's wake-up instead. Writes that really take longer still double
+// the average within a dozen writes.
+func nextWriteCost(avg, took int64) int64 {
+	sample := min(took, 2*avg+int64(2*time.Microsecond))
+	return avg + (sample-avg)/8
 }
 
 // setDirectFD enables direct writes on a duplicate of fd. Without one

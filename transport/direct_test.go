@@ -213,3 +213,31 @@ func TestAClosedChannelsNumberWaitsForAPongBeforeReuse(t *testing.T) {
 		t.Error("the PONG never freed the closed channel's number")
 	}
 }
+
+// A write descheduled now and then barely moves the average that decides
+// whether senders may write directly; writes that really take longer
+// raise it within a dozen writes.
+func TestWriteCostIgnoresStallsAndFollowsRealChanges(t *testing.T) {
+	const us = int64(time.Microsecond)
+	avg := int64(0)
+	for range 100 {
+		avg = nextWriteCost(avg, 5*us)
+	}
+	if avg < 4*us || avg > 5*us {
+		t.Fatalf("after steady 5µs writes the average is %v", time.Duration(avg))
+	}
+	avg = nextWriteCost(avg, 800*us) // one write that lost its thread
+	if avg > 7*us {
+		t.Errorf("one 800µs stall raised the average to %v, want <= 7µs", time.Duration(avg))
+	}
+	for range 3 {
+		avg = nextWriteCost(avg, 5*us)
+	}
+	n := 0
+	for ; avg < 40*us && n < 100; n++ {
+		avg = nextWriteCost(avg, 50*us)
+	}
+	if n > 20 {
+		t.Errorf("writes of 50µs took %d writes to raise the average past 40µs, want <= 20", n)
+	}
+}
