@@ -4,6 +4,12 @@
 // A [Node] listens for peers and dials them. Each remote node is a [Peer]; a
 // peer's connection carries many logical channels, one per (source task,
 // target task, epoch), each known on the wire by a small channel number.
+// A connection carries data one way: the node that sends dials, and the
+// acks come back on the same connection. Two nodes that send to each other
+// hold one connection each way (as Flink's network stack and Akka's Artery
+// do): each side's dialer alone redials and re-opens its channels, and there
+// is no simultaneous-open race to settle. [WithConnectionsPerPeer] adds
+// connections in the same direction.
 //
 // The path of one message: [Sender.Send] copies the payload into the
 // channel's window (window.Sender), which keeps it until the target
@@ -12,7 +18,7 @@
 // turn, encodes them into one DATA frame (wire), and writes it at once when
 // the socket is idle, or as soon as a previous write drains when it is busy
 // (batch.Policy). On a gnet connection that has been idle for a while (no
-// write within twice what a direct write takes, at least 5 µs), for a
+// write within what a direct write takes, at least 5 µs), for a
 // channel with few messages unacknowledged, the sending goroutine writes
 // that batch to the socket itself rather than waking the loop: one thread wake-up fewer per message at low and moderate rates,
 // while a fast producer, finding writes recent, leaves them to the loop and
