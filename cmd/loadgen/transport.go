@@ -112,6 +112,9 @@ type chanCheck struct {
 func (k *checker) observe(ch int, msgs []wire.Message, now int64, rec *bench.Recorder) {
 	c := &k.chans[ch]
 	var dups, gaps, bytes int64
+	// Messages stamped with one clock read and received in one run have
+	// one latency: record each value once with its count.
+	var lat, same int64
 	for _, m := range msgs {
 		p := m.Payload
 		if len(p) < headerLen {
@@ -129,9 +132,15 @@ func (k *checker) observe(ch int, msgs []wire.Message, now int64, rec *bench.Rec
 			gaps += int64(seq - c.next)
 			c.next = seq + 1
 		}
-		rec.Record(now - int64(binary.LittleEndian.Uint64(p)))
+		if l := now - int64(binary.LittleEndian.Uint64(p)); l != lat || same == 0 {
+			rec.RecordN(lat, same)
+			lat, same = l, 1
+		} else {
+			same++
+		}
 		bytes += int64(len(p))
 	}
+	rec.RecordN(lat, same)
 	k.delivered.Add(int64(len(msgs)) - dups)
 	k.bytes.Add(bytes)
 	if dups > 0 {

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"encoding/binary"
 	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/wire"
 )
 
 func TestTransportDeliveryChoice(t *testing.T) {
@@ -77,5 +81,38 @@ func TestNodeFlags(t *testing.T) {
 	bad = parse("--peer-budget", "1000")
 	if _, err := bad.options(); err == nil || !strings.Contains(err.Error(), "--peer-budget") {
 		t.Errorf("--peer-budget 1000: error %v, want one naming the flag", err)
+	}
+}
+
+// The checker counts each message once, duplicates and gaps by sequence
+// number, and records one latency for each accepted message, also when it
+// records a run of equal latencies as one value with its count.
+func TestCheckerCountsAndRecordsEachMessage(t *testing.T) {
+	k := &checker{chans: make([]chanCheck, 1)}
+	rec := bench.NewRecorder()
+	msg := func(sent int64, seq uint64) wire.Message {
+		p := make([]byte, headerLen)
+		binary.LittleEndian.PutUint64(p, uint64(sent))
+		binary.LittleEndian.PutUint64(p[8:], seq)
+		return wire.Message{Payload: p}
+	}
+	const now = 10_000_000
+	// Three stamped together, one later, a duplicate, then a gap of two.
+	k.observe(0, []wire.Message{
+		msg(now-5000, 0), msg(now-5000, 1), msg(now-5000, 2), msg(now-2000, 3), msg(now-2000, 3), msg(now-1000, 6),
+	}, now, rec)
+	if d, dup, g := k.delivered.Load(), k.duplicates.Load(), k.gaps.Load(); d != 5 || dup != 1 || g != 2 {
+		t.Fatalf("delivered %d, duplicates %d, gaps %d; want 5, 1, 2", d, dup, g)
+	}
+	h := rec.Snapshot()
+	if h.TotalCount() != 5 {
+		t.Fatalf("recorded %d latencies, want 5 (one per accepted message)", h.TotalCount())
+	}
+	want := bench.NewRecorder()
+	for _, ns := range []int64{5000, 5000, 5000, 2000, 1000} {
+		want.Record(ns)
+	}
+	if !h.Equals(want.Snapshot()) {
+		t.Errorf("recorded %v, want %v", h.Distribution(), want.Snapshot().Distribution())
 	}
 }
