@@ -138,6 +138,8 @@ type ChannelStats struct {
 	Bytes   uint64         `json:"bytes"`
 	Resent  uint64         `json:"resent"`
 	Unacked int            `json:"unacked"`
+	// Unsent is how many of the Unacked messages wait to be written.
+	Unsent int `json:"unsent"`
 	// UnackedBytes is the payload of the unacknowledged messages;
 	// WindowBytes the memory the channel's window takes to hold them.
 	UnackedBytes int                     `json:"unacked_bytes"`
@@ -222,6 +224,7 @@ func (ch *channel) stats() ChannelStats {
 		Attached: ch.mu.conn != nil,
 	}
 	s.Unacked, s.UnackedBytes = ch.mu.win.Retained()
+	s.Unsent = ch.mu.win.Unsent()
 	s.WindowBytes = ch.mu.win.Footprint()
 	if ch.mu.trk != nil {
 		s.Tracker = ch.mu.trk.Stats()

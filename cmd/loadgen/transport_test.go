@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/binary"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +115,28 @@ func TestCheckerCountsAndRecordsEachMessage(t *testing.T) {
 	}
 	if !h.Equals(want.Snapshot()) {
 		t.Errorf("recorded %v, want %v", h.Distribution(), want.Snapshot().Distribution())
+	}
+}
+
+// --producers sets the full-speed senders; 0 means half the cores, at
+// least one; a negative count is refused.
+func TestProducerCount(t *testing.T) {
+	base := transportConfig{size: 100, duration: time.Second, channels: 10, connections: 1}
+	c := base
+	c.producers = 3
+	if got := c.producerCount(); got != 3 {
+		t.Errorf("--producers 3 gives %d producers", got)
+	}
+	c.producers = 0
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for procs, want := range map[int]int{1: 1, 2: 1, 3: 1, 4: 2, 8: 4} {
+		runtime.GOMAXPROCS(procs)
+		if got := c.producerCount(); got != want {
+			t.Errorf("auto with GOMAXPROCS %d gives %d producers, want %d", procs, got, want)
+		}
+	}
+	c.producers = -1
+	if err := c.validate(); err == nil || !strings.Contains(err.Error(), "--producers") {
+		t.Errorf("--producers -1: %v, want an error naming the flag", err)
 	}
 }
