@@ -207,7 +207,14 @@ func TestAcrossNetworkNamespaces(t *testing.T) {
 		}
 	})
 
+	// ended counts the sessions agent B has ended, however they ended.
+	ended := func() int {
+		s := agentB.stderr.String()
+		return strings.Count(s, "run from") + strings.Count(s, "refused coordinator")
+	}
+
 	t.Run("coordinate names an agent that is stopped", func(t *testing.T) {
+		before := ended()
 		if err := agentB.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
@@ -221,6 +228,16 @@ func TestAcrossNetworkNamespaces(t *testing.T) {
 			t.Fatalf("coordinate exited with %d, want 2 and %q:\n%s", code, want, co.stderr)
 		}
 		agentA.stderr.waitFor(t, "aborted: the coordinator went away")
+		// Resumed, B serves the connection that coordinator left in its
+		// backlog; until it sees that it is gone it is busy, and refuses
+		// the next subtest's coordinator.
+		deadline := time.Now().Add(10 * time.Second)
+		for ended() == before {
+			if time.Now().After(deadline) {
+				t.Fatalf("agent B never ended the stopped coordinator's session:\n%s", agentB.stderr)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	})
 
 	t.Run("coordinate names an agent killed mid-run", func(t *testing.T) {
