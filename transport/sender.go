@@ -55,6 +55,7 @@ type channel struct {
 func newChannel(p *Peer, key taskid.Channel, slot int) *channel {
 	ch := &channel{peer: p, key: key, slot: slot}
 	ch.mu.win = window.NewSender(p.node.o.window, 0)
+	ch.mu.win.UsePool(p.rings)
 	return ch
 }
 

@@ -189,7 +189,16 @@ type Sender struct {
 	// last MarkRequested, and the thresholds that make a request due.
 	sinceMsgs, sinceBytes int
 	dueMsgs, dueBytes     int
+
+	pool *Pool // where rings come from and go back to; nil: the heap
 }
+
+// UsePool makes the Sender take its rings from p and give them back to it
+// instead of allocating each and leaving the old ones to the garbage
+// collector. Call it before the first Push. With a pool, a payload returned
+// by [Sender.Message] stays valid only until the next Push, Ack or Trim,
+// which may hand its ring to another Sender.
+func (s *Sender) UsePool(p *Pool) { s.pool = p }
 
 // NewSender returns an empty window whose first message gets sequence number
 // firstSeq. It panics if cfg is not valid (check it with [Config.Validate]):
@@ -353,7 +362,11 @@ func (s *Sender) growBytes(n int) { s.repackBytes(s.grownBytes(n)) }
 func (s *Sender) repackBytes(size int) {
 	var nb []byte
 	if size > 0 {
-		nb = make([]byte, size)
+		if s.pool != nil {
+			nb = s.pool.getBytes(size)
+		} else {
+			nb = make([]byte, size)
+		}
 	}
 	pos := 0
 	for seq := s.acked; seq != s.nextSeq; seq++ {
@@ -361,6 +374,9 @@ func (s *Sender) repackBytes(size int) {
 		copy(nb[pos:], s.buf[r.off:r.off+r.n])
 		r.off = uint32(pos)
 		pos += int(r.n)
+	}
+	if s.pool != nil && s.buf != nil {
+		s.pool.putBytes(s.buf)
 	}
 	s.buf, s.bhead, s.btail, s.wrapped = nb, 0, pos, false
 }
@@ -381,11 +397,18 @@ func (s *Sender) growRecords() { s.resizeRecords(s.grownRecords()) }
 func (s *Sender) resizeRecords(n int) {
 	var nr []record
 	if n > 0 {
-		nr = make([]record, n)
+		if s.pool != nil {
+			nr = s.pool.getRecords(n)
+		} else {
+			nr = make([]record, n)
+		}
 	}
 	nmask := uint64(max(n, 1) - 1)
 	for seq := s.acked; seq != s.nextSeq; seq++ {
 		nr[seq&nmask] = s.recs[seq&s.mask]
+	}
+	if s.pool != nil && s.recs != nil {
+		s.pool.putRecords(s.recs)
 	}
 	s.recs, s.mask = nr, nmask
 }

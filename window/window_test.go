@@ -278,9 +278,30 @@ func TestRandomAgainstModel(t *testing.T) {
 	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(uint64(seed), 7))
 		ms := []*modelRun{newModelRun(t, seed, rng), newModelRun(t, seed, rng)}
+		sharePool(ms, seed)
 		for step := range 6000 {
 			ms[rng.IntN(len(ms))].step(step)
 		}
+	}
+}
+
+// sharePool makes the Senders of ms share one Pool, for two seeds in
+// three: a small one (which must drop rings) or a large one. A ring handed
+// out while another Sender still used it would show as a payload that
+// differs from the model's.
+func sharePool(ms []*modelRun, seed int) {
+	var p *Pool
+	switch seed % 3 {
+	case 1:
+		p = NewPool(2048)
+	case 2:
+		p = NewPool(1 << 20)
+	default:
+		return
+	}
+	for _, m := range ms {
+		m.s.UsePool(p)
+		m.shared = p
 	}
 }
 
@@ -297,6 +318,7 @@ type modelRun struct {
 	pool     []byte
 	model    map[uint64][]byte
 	sentHigh uint64
+	shared   *Pool // the Senders' pool, if any
 }
 
 func newModelRun(t *testing.T, seed int, rng *rand.Rand) *modelRun {
@@ -387,6 +409,9 @@ func (m *modelRun) step(step int) {
 	if sum != b {
 		t.Fatalf("seed %d: retained bytes %d, payloads sum to %d", seed, b, sum)
 	}
+	if m.shared != nil && m.shared.Held() > m.shared.max {
+		t.Fatalf("seed %d step %d: the pool holds %d bytes, over its bound %d", seed, step, m.shared.Held(), m.shared.max)
+	}
 }
 
 // FuzzSenderOps drives two Senders with steps the fuzzer chooses (each
@@ -399,6 +424,7 @@ func FuzzSenderOps(f *testing.F) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		src := &byteSource{b: steps}
 		ms := []*modelRun{newModelRun(t, int(seed), rng), newModelRun(t, int(seed), rng)}
+		sharePool(ms, int(seed%3))
 		for _, m := range ms {
 			m.rng = src
 		}

@@ -1,0 +1,151 @@
+package window
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+)
+
+// Pool keeps the rings that Senders give back (when they grow, shrink or
+// are trimmed) for other Senders to reuse, up to a bound in bytes. Without
+// one, every ring is a new allocation, zeroed and later collected: with
+// thousands of channels whose windows are trimmed as their bursts are
+// acknowledged and grown again at their next burst, that churn took a third
+// of the CPU (10,000 channels of 1 KiB messages). Rings of one size are
+// interchangeable: a Sender overwrites every byte it reads back.
+//
+// A Pool is safe for concurrent use by the Senders that share it (each
+// Sender itself is not).
+type Pool struct {
+	max int // bytes the pool may hold
+
+	mu struct {
+		sync.Mutex
+		held  int
+		bytes [poolClasses][][]byte
+		recs  [poolClasses][][]record
+	}
+}
+
+// poolClasses covers ring sizes up to 2^(poolClasses-1), beyond any ring a
+// valid Config allows (MaxBytesLimit bytes; MaxMessagesLimit records).
+const poolClasses = 32
+
+// NewPool returns a pool that holds at most maxBytes of rings; a ring given
+// back beyond that is left to the garbage collector. It panics if maxBytes
+// is negative.
+func NewPool(maxBytes int) *Pool {
+	if maxBytes < 0 {
+		panic(fmt.Sprintf("window: pool bound %d is negative", maxBytes))
+	}
+	return &Pool{max: maxBytes}
+}
+
+// Held returns the bytes of rings the pool holds now.
+func (p *Pool) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.held
+}
+
+// class returns the size class of a ring of n elements, or false when n is
+// not a power of two (such rings are not pooled).
+func class(n int) (int, bool) {
+	if n <= 0 || n&(n-1) != 0 {
+		return 0, false
+	}
+	c := bits.Len(uint(n)) - 1
+	return c, c < poolClasses
+}
+
+func (p *Pool) getBytes(n int) []byte {
+	if c, ok := class(n); ok {
+		p.mu.Lock()
+		if free := p.mu.bytes[c]; len(free) > 0 {
+			b := free[len(free)-1]
+			free[len(free)-1] = nil
+			p.mu.bytes[c] = free[:len(free)-1]
+			p.mu.held -= n
+			p.mu.Unlock()
+			return b
+		}
+		p.mu.Unlock()
+	}
+	return make([]byte, n)
+}
+
+func (p *Pool) putBytes(b []byte) {
+	c, ok := class(len(b))
+	if !ok || len(b) != cap(b) {
+		return
+	}
+	p.mu.Lock()
+	if p.makeRoom(len(b)) {
+		p.mu.bytes[c] = append(p.mu.bytes[c], b)
+		p.mu.held += len(b)
+	}
+	p.mu.Unlock()
+}
+
+func (p *Pool) getRecords(n int) []record {
+	if c, ok := class(n); ok {
+		p.mu.Lock()
+		if free := p.mu.recs[c]; len(free) > 0 {
+			r := free[len(free)-1]
+			free[len(free)-1] = nil
+			p.mu.recs[c] = free[:len(free)-1]
+			p.mu.held -= n * recordSize
+			p.mu.Unlock()
+			return r
+		}
+		p.mu.Unlock()
+	}
+	return make([]record, n)
+}
+
+func (p *Pool) putRecords(r []record) {
+	c, ok := class(len(r))
+	if !ok || len(r) != cap(r) {
+		return
+	}
+	size := len(r) * recordSize
+	p.mu.Lock()
+	if p.makeRoom(size) {
+		p.mu.recs[c] = append(p.mu.recs[c], r)
+		p.mu.held += size
+	}
+	p.mu.Unlock()
+}
+
+// makeRoom makes sure the pool can take size more bytes, dropping rings of
+// the sizes it holds the most bytes of (sizes nobody asks for again would
+// otherwise fill it for good). It reports false if size alone is over the
+// bound. The caller holds mu.
+func (p *Pool) makeRoom(size int) bool {
+	if size > p.max {
+		return false
+	}
+	for p.mu.held+size > p.max {
+		bc, bHeld, rc, rHeld := -1, 0, -1, 0
+		for c := range poolClasses {
+			if h := len(p.mu.bytes[c]) << c; h > bHeld {
+				bc, bHeld = c, h
+			}
+			if h := len(p.mu.recs[c]) << c * recordSize; h > rHeld {
+				rc, rHeld = c, h
+			}
+		}
+		if bHeld >= rHeld {
+			free := p.mu.bytes[bc]
+			free[len(free)-1] = nil
+			p.mu.bytes[bc] = free[:len(free)-1]
+			p.mu.held -= 1 << bc
+		} else {
+			free := p.mu.recs[rc]
+			free[len(free)-1] = nil
+			p.mu.recs[rc] = free[:len(free)-1]
+			p.mu.held -= (1 << rc) * recordSize
+		}
+	}
+	return true
+}
