@@ -128,18 +128,20 @@ func WithMaxChannels(n int) Option { return func(o *options) { o.maxChannels = n
 // the room their rings have grown for. Send blocks while a message would
 // need more; a channel whose window already has room for a message sends
 // it. It bounds the sender's memory however many channels there are, beyond
-// a few hundred bytes of state per open channel. When more than half of it
-// is taken, windows over twice their channel's even share give back what
-// they do not retain, and a sender waiting for it takes back the rings of
-// empty windows (over their share at once, the others once no ack has
-// freed anything for 100 ms). Keep it below the receivers' [WithInboundBudget],
-// which an honest sender must never pass. Default 48 MiB (one channel
-// alone takes at most 1.1 MiB with the default window). A producer that
-// outruns the connection fills the budget, so it trades throughput against
-// queueing: loadgen's 10,000 channels of 100-byte messages on loopback
-// moved 3.2-3.5 M msgs/s with 48 MiB (p50 latency 52-56 ms) and 3.4-3.8 M
-// with 64 MiB, with more queueing and memory and no margin below the
-// default inbound budget of 64 MiB.
+// a few hundred bytes of state per open channel (and the peer's ring pool,
+// at most an eighth of the budget more). A window keeps its rings for its
+// next burst; a sender waiting for the budget takes back the rings of empty
+// windows (over their share at once, the others once no ack has freed
+// anything for 100 ms). Keep it below the receivers' [WithInboundBudget],
+// which an honest sender must never pass. Default 8 MiB (one channel
+// alone takes at most 1.1 MiB with the default window; across a link it
+// caps the peer at 8 MiB per round trip). A producer that outruns the
+// connection fills the budget, and its messages wait there: the larger the
+// budget, the longer they wait and the colder they are in the cache when
+// they are written. loadgen's 10,000 channels on loopback (2 cores) moved
+// 9.3-9.5 M msgs/s of 100 B and 1.68-1.70 M of 1 KiB with 8 MiB (p99 8 and
+// 7 ms); 6.5-6.6 M and 1.36-1.47 M with 24 MiB (p99 30 and 19 ms); 6.2 M
+// and 1.28 M with 48 MiB (p99 67 and 47 ms); 7.0 M and 1.22 M with 2 MiB.
 func WithPeerBudget(n int) Option { return func(o *options) { o.peerBudget = n } }
 
 // WithInboundBudget limits the payload bytes received on one connection and
@@ -208,7 +210,7 @@ func WithBackend(b Backend) Option { return func(o *options) { o.backend = b } }
 func WithMaxConnsPerAddr(n int) Option { return func(o *options) { o.maxConnsPerAddr = n } }
 
 // DefaultPeerBudget is the default of [WithPeerBudget].
-const DefaultPeerBudget = 48 << 20
+const DefaultPeerBudget = 8 << 20
 
 // DefaultSocketBuffer is the default of [WithSocketBuffers].
 const DefaultSocketBuffer = 1 << 20

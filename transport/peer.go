@@ -57,12 +57,12 @@ type Peer struct {
 }
 
 // ringPoolShare sets the bound of a peer's ring pool: a 1/ringPoolShare
-// of the peer budget. With the budget full, windows are trimmed as their
-// bursts are acknowledged and grow again at their next burst; the pool
-// passes the rings from one to the next instead of allocating, zeroing and
-// collecting each (10,000 channels of 1 KiB: a third of the CPU went
-// there). The pool's rings are not charged to the budget, so a peer's
-// window memory is at most 1 + 1/ringPoolShare of it.
+// of the peer budget. With the budget full, senders take the rings of idle
+// windows back and grow their own; the pool passes the rings from one to
+// the next instead of allocating, zeroing and collecting each (10,000
+// channels of 1 KiB: a third of the CPU went there). The pool's rings are
+// not charged to the budget, so a peer's window memory is at most
+// 1 + 1/ringPoolShare of it.
 const ringPoolShare = 8
 
 func newPeer(n *Node, addr string) *Peer {

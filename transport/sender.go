@@ -431,14 +431,10 @@ func (ch *channel) onAck(c *conn, a wire.Ack) {
 	})
 	freed := win.Acked() != acked
 	drained := win.Acked() == win.NextSeq()
-	share := ch.peer.share()
-	if freed && win.Footprint() > 2*share && ch.peer.short() {
-		win.Trim()
-	}
 	if released := fp - win.Footprint(); released > 0 {
 		ch.peer.charged.Add(-int64(released))
 	}
-	if drained && freed && win.Footprint() > share {
+	if drained && freed && win.Footprint() > ch.peer.share() {
 		ch.mu.idle = int64(win.Footprint())
 		ch.peer.idle.Add(ch.mu.idle)
 	}

@@ -377,7 +377,7 @@ type nodeFlags struct {
 }
 
 func (s *nodeFlags) register(fs *flag.FlagSet) {
-	fs.IntVar(&s.peerBudget, "peer-budget", transport.DefaultPeerBudget, "memory the windows of all channels to one peer may take, in bytes (payloads not yet acknowledged and the room their rings have grown for); a producer that outruns the connection fills it, so more buys throughput with many channels at the cost of queueing and memory")
+	fs.IntVar(&s.peerBudget, "peer-budget", transport.DefaultPeerBudget, "memory the windows of all channels to one peer may take, in bytes (payloads not yet acknowledged and the room their rings have grown for); a producer that outruns the connection fills it, so a smaller one bounds memory and queueing tighter, and a larger one buys queueing, not throughput")
 	fs.IntVar(&s.socketBuffer, "socket-buffer", transport.DefaultSocketBuffer, "kernel send and receive buffer of each connection, in bytes (SO_SNDBUF, SO_RCVBUF); it caps a connection at this many bytes per round trip, so raise it for a long fat link; 0: the kernel's autotuning")
 	fs.StringVar(&s.keyFile, "key-file", "", "file holding the pre-shared key (at least 16 bytes; surrounding whitespace is trimmed) that every peer must prove it holds; all peers need the same file")
 	fs.BoolVar(&s.tls, "tls", false, "encrypt connections with TLS 1.3 (an ephemeral self-signed certificate; peers are authenticated by --key-file, which is required)")
