@@ -22,9 +22,24 @@ type Pool struct {
 	mu struct {
 		sync.Mutex
 		held  int
-		bytes [poolClasses][][]byte
-		recs  [poolClasses][][]record
+		bytes freeLists[byte]
+		recs  freeLists[record]
 	}
+}
+
+// freeLists holds free rings by size class (log2 of their length).
+type freeLists[T any] [poolClasses][][]T
+
+// pop takes a ring of class c, if there is one.
+func (f *freeLists[T]) pop(c int) ([]T, bool) {
+	free := f[c]
+	if len(free) == 0 {
+		return nil, false
+	}
+	r := free[len(free)-1]
+	free[len(free)-1] = nil
+	f[c] = free[:len(free)-1]
+	return r, true
 }
 
 // poolClasses covers ring sizes up to 2^(poolClasses-1), beyond any ring a
@@ -61,15 +76,14 @@ func class(n int) (int, bool) {
 func (p *Pool) getBytes(n int) []byte {
 	if c, ok := class(n); ok {
 		p.mu.Lock()
-		if free := p.mu.bytes[c]; len(free) > 0 {
-			b := free[len(free)-1]
-			free[len(free)-1] = nil
-			p.mu.bytes[c] = free[:len(free)-1]
+		b, ok := p.mu.bytes.pop(c)
+		if ok {
 			p.mu.held -= n
-			p.mu.Unlock()
-			return b
 		}
 		p.mu.Unlock()
+		if ok {
+			return b
+		}
 	}
 	return make([]byte, n)
 }
@@ -90,15 +104,14 @@ func (p *Pool) putBytes(b []byte) {
 func (p *Pool) getRecords(n int) []record {
 	if c, ok := class(n); ok {
 		p.mu.Lock()
-		if free := p.mu.recs[c]; len(free) > 0 {
-			r := free[len(free)-1]
-			free[len(free)-1] = nil
-			p.mu.recs[c] = free[:len(free)-1]
+		r, ok := p.mu.recs.pop(c)
+		if ok {
 			p.mu.held -= n * recordSize
-			p.mu.Unlock()
-			return r
 		}
 		p.mu.Unlock()
+		if ok {
+			return r
+		}
 	}
 	return make([]record, n)
 }
@@ -136,14 +149,10 @@ func (p *Pool) makeRoom(size int) bool {
 			}
 		}
 		if bHeld >= rHeld {
-			free := p.mu.bytes[bc]
-			free[len(free)-1] = nil
-			p.mu.bytes[bc] = free[:len(free)-1]
+			p.mu.bytes.pop(bc)
 			p.mu.held -= 1 << bc
 		} else {
-			free := p.mu.recs[rc]
-			free[len(free)-1] = nil
-			p.mu.recs[rc] = free[:len(free)-1]
+			p.mu.recs.pop(rc)
 			p.mu.held -= (1 << rc) * recordSize
 		}
 	}

@@ -11,17 +11,7 @@ func TestPoolReusesRingsWithinItsBound(t *testing.T) {
 	s.UsePool(pool)
 	payload := make([]byte, 1000)
 	cycle := func() {
-		for range 64 {
-			if _, err := s.Push(0, payload); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := s.MarkSent(s.NextSeq()); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Ack(s.NextSeq()); err != nil {
-			t.Fatal(err)
-		}
+		burstAcked(t, s, payload, 64)
 		s.Trim()
 	}
 	cycle()

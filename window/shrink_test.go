@@ -6,19 +6,7 @@ func TestRingsGiveBackMemoryABurstNoLongerNeeds(t *testing.T) {
 	cfg := DefaultConfig()
 	s := NewSender(cfg, 0)
 	payload := make([]byte, 100)
-	burst := func(n int) {
-		for range n {
-			if _, err := s.Push(0, payload); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := s.MarkSent(s.NextSeq()); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Ack(s.NextSeq()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	burst := func(n int) { burstAcked(t, s, payload, n) }
 	burst(1000)
 	big := len(s.buf)
 	if big < 100*1000 {
@@ -80,5 +68,21 @@ func TestTrimFitsTheRingsToWhatIsRetained(t *testing.T) {
 	}
 	if _, err := s.Push(0, payload); err != nil || s.Footprint() != initialBytes+initialRecords*recordSize {
 		t.Errorf("Push after Trim: %v, footprint %d", err, s.Footprint())
+	}
+}
+
+// burstAcked pushes n copies of payload into s, sends and acknowledges them.
+func burstAcked(t *testing.T, s *Sender, payload []byte, n int) {
+	t.Helper()
+	for range n {
+		if _, err := s.Push(0, payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.MarkSent(s.NextSeq()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Ack(s.NextSeq()); err != nil {
+		t.Fatal(err)
 	}
 }
