@@ -133,15 +133,20 @@ func WithMaxChannels(n int) Option { return func(o *options) { o.maxChannels = n
 // next burst; a sender waiting for the budget takes back the rings of empty
 // windows (over their share at once, the others once no ack has freed
 // anything for 100 ms). Keep it below the receivers' [WithInboundBudget],
-// which an honest sender must never pass. Default 8 MiB (one channel
+// which an honest sender must never pass. Default 12 MiB (one channel
 // alone takes at most 1.1 MiB with the default window; across a link it
-// caps the peer at 8 MiB per round trip). A producer that outruns the
+// caps the peer at 12 MiB per round trip). A producer that outruns the
 // connection fills the budget, and its messages wait there: the larger the
 // budget, the longer they wait and the colder they are in the cache when
-// they are written. loadgen's 10,000 channels on loopback (2 cores) moved
-// 9.3-9.5 M msgs/s of 100 B and 1.68-1.70 M of 1 KiB with 8 MiB (p99 8 and
-// 7 ms); 6.5-6.6 M and 1.36-1.47 M with 24 MiB (p99 30 and 19 ms); 6.2 M
-// and 1.28 M with 48 MiB (p99 67 and 47 ms); 7.0 M and 1.22 M with 2 MiB.
+// they are written, while tasks that consume on goroutines of their own
+// acknowledge later and need more of it. Measured on loopback (2 cores),
+// 10,000 channels: loadgen (receiving tasks inline, runs of up to 64 per
+// channel) moved 100-byte messages at 9.3-9.7 M msgs/s with 8 MiB, 8.5 M
+// with 12 MiB, 7.0 M with 16 MiB, 6.2-6.6 M with 24-48 MiB (p99 latency 8,
+// 12, 20 and 30-67 ms), and 1 KiB at 1.68-1.76, 1.67, 1.59 and 1.28-1.47 M;
+// BenchmarkTransport10000ChannelsGoroutine (one message a visit, each task
+// on its own goroutine) took 0.85-2.1 µs a message with 8 MiB, 0.58 µs with
+// 12 MiB and 0.41 µs with 48 MiB.
 func WithPeerBudget(n int) Option { return func(o *options) { o.peerBudget = n } }
 
 // WithInboundBudget limits the payload bytes received on one connection and
@@ -210,7 +215,7 @@ func WithBackend(b Backend) Option { return func(o *options) { o.backend = b } }
 func WithMaxConnsPerAddr(n int) Option { return func(o *options) { o.maxConnsPerAddr = n } }
 
 // DefaultPeerBudget is the default of [WithPeerBudget].
-const DefaultPeerBudget = 8 << 20
+const DefaultPeerBudget = 12 << 20
 
 // DefaultSocketBuffer is the default of [WithSocketBuffers].
 const DefaultSocketBuffer = 1 << 20
