@@ -73,58 +73,65 @@ func class(n int) (int, bool) {
 	return c, c < poolClasses
 }
 
+// getBytes returns a byte ring of n bytes: from the pool if it holds one,
+// else a new one (always new from a nil pool).
 func (p *Pool) getBytes(n int) []byte {
-	if c, ok := class(n); ok {
-		p.mu.Lock()
-		b, ok := p.mu.bytes.pop(c)
-		if ok {
-			p.mu.held -= n
-		}
-		p.mu.Unlock()
-		if ok {
-			return b
-		}
+	if p == nil {
+		return make([]byte, n)
 	}
-	return make([]byte, n)
+	return take(p, &p.mu.bytes, n, 1)
 }
 
+// putBytes gives b back (a nil pool or a nil b: nothing to do).
 func (p *Pool) putBytes(b []byte) {
-	c, ok := class(len(b))
-	if !ok || len(b) != cap(b) {
-		return
+	if p != nil {
+		give(p, &p.mu.bytes, b, 1)
 	}
-	p.mu.Lock()
-	if p.makeRoom(len(b)) {
-		p.mu.bytes[c] = append(p.mu.bytes[c], b)
-		p.mu.held += len(b)
-	}
-	p.mu.Unlock()
 }
 
+// getRecords is getBytes for record rings of n slots.
 func (p *Pool) getRecords(n int) []record {
+	if p == nil {
+		return make([]record, n)
+	}
+	return take(p, &p.mu.recs, n, recordSize)
+}
+
+// putRecords is putBytes for record rings.
+func (p *Pool) putRecords(r []record) {
+	if p != nil {
+		give(p, &p.mu.recs, r, recordSize)
+	}
+}
+
+// take returns a ring of n elements of elem bytes each from free, or a new
+// one.
+func take[T any](p *Pool, free *freeLists[T], n, elem int) []T {
 	if c, ok := class(n); ok {
 		p.mu.Lock()
-		r, ok := p.mu.recs.pop(c)
+		r, ok := free.pop(c)
 		if ok {
-			p.mu.held -= n * recordSize
+			p.mu.held -= n * elem
 		}
 		p.mu.Unlock()
 		if ok {
 			return r
 		}
 	}
-	return make([]record, n)
+	return make([]T, n)
 }
 
-func (p *Pool) putRecords(r []record) {
+// give puts r, whose elements take elem bytes each, into free if it has a
+// size class and the pool room for it.
+func give[T any](p *Pool, free *freeLists[T], r []T, elem int) {
 	c, ok := class(len(r))
 	if !ok || len(r) != cap(r) {
 		return
 	}
-	size := len(r) * recordSize
+	size := len(r) * elem
 	p.mu.Lock()
 	if p.makeRoom(size) {
-		p.mu.recs[c] = append(p.mu.recs[c], r)
+		free[c] = append(free[c], r)
 		p.mu.held += size
 	}
 	p.mu.Unlock()

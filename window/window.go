@@ -362,11 +362,7 @@ func (s *Sender) growBytes(n int) { s.repackBytes(s.grownBytes(n)) }
 func (s *Sender) repackBytes(size int) {
 	var nb []byte
 	if size > 0 {
-		if s.pool != nil {
-			nb = s.pool.getBytes(size)
-		} else {
-			nb = make([]byte, size)
-		}
+		nb = s.pool.getBytes(size)
 	}
 	pos := 0
 	for seq := s.acked; seq != s.nextSeq; seq++ {
@@ -375,9 +371,7 @@ func (s *Sender) repackBytes(size int) {
 		r.off = uint32(pos)
 		pos += int(r.n)
 	}
-	if s.pool != nil && s.buf != nil {
-		s.pool.putBytes(s.buf)
-	}
+	s.pool.putBytes(s.buf)
 	s.buf, s.bhead, s.btail, s.wrapped = nb, 0, pos, false
 }
 
@@ -397,19 +391,13 @@ func (s *Sender) growRecords() { s.resizeRecords(s.grownRecords()) }
 func (s *Sender) resizeRecords(n int) {
 	var nr []record
 	if n > 0 {
-		if s.pool != nil {
-			nr = s.pool.getRecords(n)
-		} else {
-			nr = make([]record, n)
-		}
+		nr = s.pool.getRecords(n)
 	}
 	nmask := uint64(max(n, 1) - 1)
 	for seq := s.acked; seq != s.nextSeq; seq++ {
 		nr[seq&nmask] = s.recs[seq&s.mask]
 	}
-	if s.pool != nil && s.recs != nil {
-		s.pool.putRecords(s.recs)
-	}
+	s.pool.putRecords(s.recs)
 	s.recs, s.mask = nr, nmask
 }
 
@@ -490,13 +478,20 @@ func (s *Sender) maybeShrink() {
 	if s.empties++; s.empties < shrinkEvery {
 		return
 	}
-	if want := max(initialBytes, ceilPow2(2*s.peakBytes)); want*4 <= len(s.buf) {
+	s.shrinkFor(s.peakBytes, s.peakMsgs)
+	s.empties, s.peakBytes, s.peakMsgs = 0, 0, 0
+}
+
+// shrinkFor re-packs each ring that is at least four times larger than
+// twice what it must hold (bytes of payload, msgs records) into one that
+// size; bytes and msgs are at least what the window retains.
+func (s *Sender) shrinkFor(bytes, msgs int) {
+	if want := max(initialBytes, ceilPow2(2*bytes)); want*4 <= len(s.buf) {
 		s.repackBytes(want)
 	}
-	if want := max(initialRecords, ceilPow2(2*s.peakMsgs)); want*4 <= len(s.recs) {
+	if want := max(initialRecords, ceilPow2(2*msgs)); want*4 <= len(s.recs) {
 		s.resizeRecords(want)
 	}
-	s.empties, s.peakBytes, s.peakMsgs = 0, 0, 0
 }
 
 // Trim gives back ring memory beyond what the retained messages need: an
@@ -515,12 +510,7 @@ func (s *Sender) Trim() (freed int) {
 		s.empties, s.peakBytes, s.peakMsgs = 0, 0, 0
 		return before
 	}
-	if want := max(initialBytes, ceilPow2(2*s.payBytes)); want*4 <= len(s.buf) {
-		s.repackBytes(want)
-	}
-	if want := max(initialRecords, ceilPow2(2*msgs)); want*4 <= len(s.recs) {
-		s.resizeRecords(want)
-	}
+	s.shrinkFor(s.payBytes, msgs)
 	return before - s.Footprint()
 }
 
