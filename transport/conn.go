@@ -43,6 +43,7 @@ type conn struct {
 	slot   int   // the peer's connection slot
 	stream uint64
 	lk     link
+	faults *faultLink // lk, when the node injects faults; nil otherwise
 	remote string
 	// addrKey is the remote host this accepted connection counts against
 	// in the per-address limit; empty if it does not count.
@@ -98,7 +99,6 @@ type conn struct {
 		reqs    []byte
 		iov     [][]byte
 		requeue []*channel // channels with more to send after this batch
-		inj     *injector
 	}
 
 	// inbound payload bytes not yet consumed by their target tasks
@@ -119,7 +119,6 @@ type conn struct {
 		// a PONG to a PING sent after their CLOSE shows that no ack for
 		// them can still be on its way.
 		retired []retiredNum
-		inj     *injector // control-frame faults, used under mu
 	}
 
 	done     chan struct{} // closed when the connection is gone
@@ -157,8 +156,6 @@ func newConn(n *Node, p *Peer, slot int) *conn {
 		}
 		c.out.comp = batch.NewCompressor(threshold)
 	}
-	c.out.inj = newInjector(n.o.faults, c.stream<<1, &n.faultN)
-	c.mu.inj = newInjector(n.o.faults, c.stream<<1|1, &n.faultN)
 	c.mu.outTable = taskid.NewTable(0)
 	c.openedAt = n.now()
 	c.lastRecv.Store(c.openedAt)
@@ -207,6 +204,9 @@ func (c *conn) handshake(b []byte) (off int, open bool, act gnet.Action) {
 	c.remoteID.Store(p.NodeID)
 	c.compress = c.node.o.compress && p.Flags&wire.FlagCompression != 0
 	c.state.Store(stOpen)
+	if c.faults != nil {
+		c.faults.arm()
+	}
 	if c.peer != nil {
 		c.peer.attach(c)
 	}
@@ -377,7 +377,7 @@ func (c *conn) handle(f wire.Frame) error {
 		if err != nil {
 			return err
 		}
-		c.sendCtrl(func(b []byte) []byte { return wire.AppendPong(b, v) }, true)
+		c.sendCtrl(func(b []byte) []byte { return wire.AppendPong(b, v) })
 		return nil
 	case wire.FramePong:
 		v, err := wire.ParsePing(f.Body)
@@ -489,21 +489,14 @@ func (c *conn) onData(f wire.Frame) error {
 }
 
 // sendCtrl queues a control frame for the next batch and schedules a flush.
-// faulty frames (acks, ack requests, pings) are subject to fault injection.
 // Safe for concurrent use.
-func (c *conn) sendCtrl(appendFrame func([]byte) []byte, faulty bool) {
+func (c *conn) sendCtrl(appendFrame func([]byte) []byte) {
 	c.mu.Lock()
 	if c.mu.closed {
 		c.mu.Unlock()
 		return
 	}
-	times := 1
-	if faulty {
-		times = c.mu.inj.ctrl()
-	}
-	for range times {
-		c.mu.ctrl = appendFrame(c.mu.ctrl)
-	}
+	c.mu.ctrl = appendFrame(c.mu.ctrl)
 	c.scheduleLocked()
 	c.mu.Unlock()
 }
@@ -733,9 +726,7 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 				frame = o.cdata
 			}
 		}
-		for range o.inj.data() {
-			iov = append(iov, frame)
-		}
+		iov = append(iov, frame)
 		c.stats.msgsOut.Add(uint64(msgs))
 	}
 	if len(o.reqs) > 0 {
@@ -823,6 +814,22 @@ func (c *conn) writeDirect(iov [][]byte, total int) bool {
 func nextWriteCost(avg, took int64) int64 {
 	sample := min(took, 2*avg+int64(2*time.Microsecond))
 	return avg + (sample-avg)/8
+}
+
+// setLink gives c its link. With faults configured it is wrapped in a
+// faultLink, and c makes no direct writes, which would bypass it; otherwise
+// fd >= 0 enables direct writes on a duplicate of it. It runs before the
+// link delivers any event.
+func (c *conn) setLink(lk link, fd int) {
+	if m := newFaultModel(c.node.o.faults, c.stream, &c.node.faultN); m != nil {
+		c.faults = &faultLink{link: lk, model: m, now: c.node.now}
+		c.lk = c.faults
+		return
+	}
+	c.lk = lk
+	if fd >= 0 {
+		c.setDirectFD(fd)
+	}
 }
 
 // setDirectFD enables direct writes on a duplicate of fd. Without one

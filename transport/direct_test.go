@@ -78,7 +78,7 @@ func TestADirectWriteTakenInPartIsFinishedByTheLoopFirst(t *testing.T) {
 		t.Error("the loop was not scheduled to write the rest")
 	}
 	// Something newer is queued behind it: a control frame.
-	c.sendCtrl(func(b []byte) []byte { return append(b, "NEWER"...) }, false)
+	c.sendCtrl(func(b []byte) []byte { return append(b, "NEWER"...) })
 
 	// A direct writer must now leave the writing to the loop.
 	c.wmu.Lock()

@@ -2,11 +2,14 @@ package transport
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/wire"
 )
 
 // Faults describes the faults a node injects into its own outgoing traffic,
@@ -106,49 +109,108 @@ func (c *faultCounters) snapshot() FaultStats {
 	}
 }
 
-// injector decides the fate of one connection's outgoing frames. It is used
-// only on the connection's event loop.
-type injector struct {
+// A faultModel decides the fate of the frames one connection writes: how
+// many copies of each go out (0 drops it, 2 duplicates it). It is used only
+// on the connection's loop, draws from a generator seeded per connection, and
+// counts what it injects. A model with more faults (delays, a bandwidth cap,
+// burst loss, partitions) implements this and is chosen in newFaultModel.
+type faultModel interface {
+	copies(now int64, t wire.FrameType, size int) int
+}
+
+// newFaultModel returns the model of f for the connection numbered stream,
+// or nil when f injects nothing into frames.
+func newFaultModel(f Faults, stream uint64, n *faultCounters) faultModel {
+	if f.Drop == 0 && f.CtrlDrop == 0 && f.Dup == 0 {
+		return nil
+	}
+	return &bernoulli{f: f, rng: rand.New(rand.NewPCG(f.Seed, stream)), n: n}
+}
+
+// bernoulli drops and duplicates each frame independently: DATA with
+// probability Drop, ACKREQUEST, ACK, PING and PONG with CtrlDrop, then any
+// of them with Dup. OPEN, CLOSE, GOAWAY and AUTH go out untouched.
+type bernoulli struct {
 	f   Faults
 	rng *rand.Rand
 	n   *faultCounters
 }
 
-func newInjector(f Faults, stream uint64, n *faultCounters) *injector {
-	if f.Drop == 0 && f.CtrlDrop == 0 && f.Dup == 0 {
-		return nil
-	}
-	return &injector{f: f, rng: rand.New(rand.NewPCG(f.Seed, stream)), n: n}
-}
-
-// data says how many times to send a DATA frame: 0, 1 or 2.
-func (in *injector) data() int {
-	if in == nil {
+func (m *bernoulli) copies(_ int64, t wire.FrameType, _ int) int {
+	var drop float64
+	var dropped *atomic.Uint64
+	switch t {
+	case wire.FrameData:
+		drop, dropped = m.f.Drop, &m.n.dataDropped
+	case wire.FrameAckRequest, wire.FrameAck, wire.FramePing, wire.FramePong:
+		drop, dropped = m.f.CtrlDrop, &m.n.ctrlDropped
+	default:
 		return 1
 	}
-	if in.rng.Float64() < in.f.Drop {
-		in.n.dataDropped.Add(1)
+	if m.rng.Float64() < drop {
+		dropped.Add(1)
 		return 0
 	}
-	if in.rng.Float64() < in.f.Dup {
-		in.n.duplicated.Add(1)
+	if m.rng.Float64() < m.f.Dup {
+		m.n.duplicated.Add(1)
 		return 2
 	}
 	return 1
 }
 
-// ctrl says how many times to send a flow-control or liveness frame.
-func (in *injector) ctrl() int {
-	if in == nil {
-		return 1
+// faultLink is a link that passes the frames written to it through a
+// faultModel. Until the handshake is done (arm) its writes pass untouched:
+// the preface is not framed, and its loss is modelled by Reset. The conn
+// writes only whole frames through its link, so each write is cut into
+// frames at their headers; a direct write, which bypasses the link, is never
+// made on a connection with faults (see conn.setLink).
+type faultLink struct {
+	link
+	model faultModel
+	now   func() int64
+	armed bool     // loop
+	iov   [][]byte // loop: the frames that go out, one slice each
+}
+
+// arm starts applying the model. Loop only.
+func (l *faultLink) arm() { l.armed = true }
+
+func (l *faultLink) Write(b []byte) (int, error) {
+	if !l.armed {
+		return l.link.Write(b)
 	}
-	if in.rng.Float64() < in.f.CtrlDrop {
-		in.n.ctrlDropped.Add(1)
-		return 0
+	return l.Writev([][]byte{b})
+}
+
+func (l *faultLink) Writev(bs [][]byte) (int, error) {
+	if !l.armed {
+		return l.link.Writev(bs)
 	}
-	if in.rng.Float64() < in.f.Dup {
-		in.n.duplicated.Add(1)
-		return 2
+	now := l.now()
+	iov, total := l.iov[:0], 0
+	for _, b := range bs {
+		total += len(b)
+		for len(b) > 0 {
+			h, err := wire.DecodeHeader(b, math.MaxInt32)
+			n := wire.HeaderLen + int(h.Length)
+			if err != nil || n > len(b) {
+				// Not a whole frame (the conn writes none such): as it is.
+				iov = append(iov, b)
+				break
+			}
+			for range l.model.copies(now, h.Type, n) {
+				iov = append(iov, b[:n])
+			}
+			b = b[n:]
+		}
 	}
-	return 1
+	l.iov = iov
+	defer clear(iov)
+	if len(iov) == 0 {
+		return total, nil
+	}
+	if _, err := l.link.Writev(iov); err != nil {
+		return 0, err
+	}
+	return total, nil
 }

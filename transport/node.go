@@ -186,7 +186,7 @@ func (n *Node) acceptNet(nc net.Conn) {
 		return
 	}
 	l := newNetLink(nc, c, &n.links)
-	c.lk = l
+	c.setLink(l, -1)
 	n.timers.watchHandshake(c)
 	l.start(c.opening())
 }
@@ -560,8 +560,7 @@ func (h *loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 			return nil, gnet.Close
 		}
 	}
-	c.lk = gnetLink{gc}
-	c.setDirectFD(gc.Fd())
+	c.setLink(gnetLink{gc}, gc.Fd())
 	n.timers.watchHandshake(c)
 	return c.opening(), gnet.None
 }

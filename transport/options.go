@@ -178,7 +178,9 @@ func WithReconnectBackoff(min, max time.Duration) Option {
 func WithEventLoops(n int) Option { return func(o *options) { o.eventLoops = n } }
 
 // WithFaults injects faults into this node's outgoing traffic, for tests and
-// load generation. Default none.
+// load generation: each connection's writes pass through a fault link that
+// drops and duplicates whole frames, and such connections leave all writing
+// to their loop (no direct writes, which would bypass it). Default none.
 func WithFaults(f Faults) Option { return func(o *options) { o.faults = f } }
 
 // WithKey makes the node authenticate every connection with a pre-shared

@@ -276,7 +276,7 @@ func (n *Node) dial(p *Peer, slot int) (*conn, error) {
 			nc = tls.Client(nc, n.clientTLS(p.addr))
 		}
 		l := newNetLink(nc, c, &n.links)
-		c.lk = l
+		c.setLink(l, -1)
 		n.timers.watchHandshake(c)
 		l.start(c.opening())
 		return c, nil

@@ -201,7 +201,7 @@ func (c *conn) sendAck(num uint32, a lossdetect.Ack) {
 	if a.Open {
 		f.Flags |= wire.AckOpen
 	}
-	c.sendCtrl(func(b []byte) []byte { return wire.AppendAck(b, f) }, true)
+	c.sendCtrl(func(b []byte) []byte { return wire.AppendAck(b, f) })
 }
 
 // delivery is one accepted run waiting in an inbox, with its own copy of

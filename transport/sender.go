@@ -300,10 +300,10 @@ func (s *Sender) Close() error {
 		c.mu.Lock()
 		ping := c.retireLocked(num)
 		c.mu.Unlock()
-		c.sendCtrl(func(b []byte) []byte { return wire.AppendClose(b, wire.Close{Channel: num}) }, false)
+		c.sendCtrl(func(b []byte) []byte { return wire.AppendClose(b, wire.Close{Channel: num}) })
 		if ping != 0 {
 			v := uint64(ping)
-			c.sendCtrl(func(b []byte) []byte { return wire.AppendPing(b, v) }, true)
+			c.sendCtrl(func(b []byte) []byte { return wire.AppendPing(b, v) })
 		}
 	}
 	return nil
@@ -351,7 +351,7 @@ func (ch *channel) fill(c *conn, now int64, limit int) (n int, more, full bool) 
 			if req.Open {
 				o.opens = ch.appendOpen(o.opens, req)
 			} else {
-				o.reqs = ch.appendAckRequest(o.reqs, o.inj, req)
+				o.reqs = ch.appendAckRequest(o.reqs, req)
 			}
 		}
 	}
@@ -401,14 +401,14 @@ func (ch *channel) fill(c *conn, now int64, limit int) (n int, more, full bool) 
 	through := first + uint64(n)
 	_ = win.MarkSent(through)
 	if req, ok := trk.OnSent(now, through); ok {
-		o.reqs = ch.appendAckRequest(o.reqs, o.inj, req)
+		o.reqs = ch.appendAckRequest(o.reqs, req)
 	}
 	more = n < unsent
 	if !more {
 		// Drained: ask for the tail's ack now rather than on the quiet
 		// timer (a channel that sends now and then needs no timer).
 		if req, ok := trk.OnDrained(now); ok {
-			o.reqs = ch.appendAckRequest(o.reqs, o.inj, req)
+			o.reqs = ch.appendAckRequest(o.reqs, req)
 		}
 	}
 	ch.scheduleLocked(now)
@@ -502,21 +502,17 @@ func (ch *channel) tick(now int64) {
 	ch.mu.Unlock()
 	for _, req := range reqs {
 		if req.Open {
-			c.sendCtrl(func(b []byte) []byte { return ch.appendOpenNum(b, num, req) }, false)
+			c.sendCtrl(func(b []byte) []byte { return ch.appendOpenNum(b, num, req) })
 		} else {
 			c.sendCtrl(func(b []byte) []byte {
 				return wire.AppendAckRequest(b, wire.AckRequest{Channel: num, Epoch: req.Epoch, Seq: req.Seq})
-			}, true)
+			})
 		}
 	}
 }
 
-// appendAckRequest appends an ACKREQUEST, subject to fault injection.
-func (ch *channel) appendAckRequest(b []byte, inj *injector, req lossdetect.AckRequest) []byte {
-	for range inj.ctrl() {
-		b = wire.AppendAckRequest(b, wire.AckRequest{Channel: ch.mu.num, Epoch: req.Epoch, Seq: req.Seq})
-	}
-	return b
+func (ch *channel) appendAckRequest(b []byte, req lossdetect.AckRequest) []byte {
+	return wire.AppendAckRequest(b, wire.AckRequest{Channel: ch.mu.num, Epoch: req.Epoch, Seq: req.Seq})
 }
 
 func (ch *channel) appendOpen(b []byte, req lossdetect.AckRequest) []byte {

@@ -266,7 +266,7 @@ func (t *timers) housekeep(now int64) {
 		// been lost).
 		if c.peer != nil && ((n.o.pingInterval > 0 && idle > n.o.pingInterval) || c.hasRetired()) {
 			v := uint64(now)
-			c.sendCtrl(func(b []byte) []byte { return wire.AppendPing(b, v) }, true)
+			c.sendCtrl(func(b []byte) []byte { return wire.AppendPing(b, v) })
 		}
 	}
 	if t.nextReset > 0 && now >= t.nextReset {
