@@ -7,7 +7,6 @@ import (
 
 	"github.com/sluicehq/sluice/engine/clock"
 	"github.com/sluicehq/sluice/transport"
-	"github.com/sluicehq/sluice/wire"
 )
 
 // aggregator is a worker's view of its tasks' clocks: each task sets its
@@ -55,7 +54,7 @@ type outputs struct {
 	// transport channel, by edge, by target index (nil where sent); see
 	// [Worker.Start] for which edges are chained.
 	chained [][]*taskRun
-	wm      []wire.Message // scratch for chained runs
+	wm      []transport.Message // scratch for chained runs
 	agg     *aggregator
 	slot    int
 
@@ -162,7 +161,7 @@ func (o *outputs) flush(ctx context.Context, low int64) (int, error) {
 			wm := o.wm[:0]
 			start := 0
 			for i, end := range b.ends {
-				wm = append(wm, wire.Message{Ts: b.ts[i], Payload: b.buf[start:end:end]})
+				wm = append(wm, transport.Message{Ts: b.ts[i], Payload: b.buf[start:end:end]})
 				start = end
 			}
 			o.wm = wm

@@ -12,7 +12,7 @@ import (
 	"github.com/sluicehq/sluice/engine/clock"
 	"github.com/sluicehq/sluice/engine/store"
 	"github.com/sluicehq/sluice/taskid"
-	"github.com/sluicehq/sluice/wire"
+	"github.com/sluicehq/sluice/transport"
 )
 
 // taskRun is one generation of a processor or sink task. Its handler runs
@@ -48,7 +48,7 @@ type taskRun struct {
 	save      []byte // the snapshot being persisted; only checkpoint, serialized by the worker, uses it
 }
 
-func (t *taskRun) handle(msgs []wire.Message) {
+func (t *taskRun) handle(msgs []transport.Message) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped || t.failed || t.inc.ctx.Err() != nil {
@@ -70,7 +70,7 @@ func (t *taskRun) failLocked(err error) {
 	t.inc.failed(t.id, err)
 }
 
-func (t *taskRun) processLocked(msgs []wire.Message) error {
+func (t *taskRun) processLocked(msgs []transport.Message) error {
 	w := t.inc.w
 	in := t.msgs[:0]
 	var filtered, late int64

@@ -18,8 +18,6 @@ import (
 	"github.com/sluicehq/sluice/engine/store"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
-	"github.com/sluicehq/sluice/window"
-	"github.com/sluicehq/sluice/wire"
 )
 
 // WorkerConfig configures a [Worker].
@@ -98,11 +96,9 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 	// them (a word of wordcount can be a 500 KiB token): let a channel's
 	// window hold any message a frame can carry. Windows grow on demand and
 	// the peer budget still bounds what all channels hold together.
-	win := window.DefaultConfig()
-	win.MaxBytes = MaxMessageBytes
 	node, err := transport.NewNode(transport.WithListen(cfg.Listen), transport.WithFaults(cfg.Faults),
 		transport.WithLogger(lg), transport.WithReconnectBackoff(5*time.Millisecond, 200*time.Millisecond),
-		transport.WithWindow(win), transport.WithOptions(cfg.Transport...))
+		transport.WithWindow(transport.DefaultWindowMessages, MaxMessageBytes), transport.WithOptions(cfg.Transport...))
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +124,7 @@ func (w *Worker) Close() {
 }
 
 // TransportFaults returns the faults the node injected.
-func (w *Worker) TransportFaults() transport.FaultStats { return w.node.Stats(false).Faults }
+func (w *Worker) TransportFaults() transport.FaultStats { return w.node.Stats().Faults }
 
 // StartCmd starts a generation of the job's tasks on a worker.
 type StartCmd struct {
@@ -344,7 +340,7 @@ func (w *Worker) newTaskRun(inc *incarnation, id taskid.ID, proc Proc, cmd Start
 // dispatch is the transport handler of task id: it hands runs of the
 // current generation to the task and drops older ones.
 func (w *Worker) dispatch(id taskid.ID) transport.Handler {
-	return func(ch taskid.Channel, _ uint64, msgs []wire.Message) {
+	return func(ch taskid.Channel, _ uint64, msgs []transport.Message) {
 		inc := w.inc.Load()
 		if inc == nil || ch.Epoch != inc.gen {
 			return
@@ -418,7 +414,7 @@ type ClockReply struct {
 // Clock returns the least clock of the worker's tasks in generation gen.
 func (w *Worker) Clock(gen uint64) (ClockReply, error) {
 	r := ClockReply{Gen: gen, Crashes: w.crashes.Load(), Processed: w.processed.Load(),
-		Late: w.late.Load(), Filtered: w.filtered.Load(), WireBytes: int64(w.node.Stats(false).Totals().WireOut)}
+		Late: w.late.Load(), Filtered: w.filtered.Load(), WireBytes: int64(w.node.Stats().Totals().WireOut)}
 	inc := w.inc.Load()
 	if inc == nil || inc.gen != gen {
 		return r, fmt.Errorf("engine: worker is not running generation %d", gen)

@@ -11,10 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/lossdetect"
 	"github.com/sluicehq/sluice/taskid"
-	"github.com/sluicehq/sluice/window"
-	"github.com/sluicehq/sluice/wire"
 )
 
 // The benchmarks here move 100-byte messages over loopback. Compare them
@@ -87,7 +84,7 @@ func benchPairDelivery(b *testing.B, channels int, inline bool, rxOpts, txOpts [
 	rx, tx, p = newPair(b, rxOpts, txOpts)
 	delivered = new(atomic.Int64)
 	count := func(taskid.ID) Handler {
-		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) { delivered.Add(int64(len(msgs))) }
+		return func(_ taskid.Channel, _ uint64, msgs []Message) { delivered.Add(int64(len(msgs))) }
 	}
 	if inline {
 		rx.HandleAllInline(count)
@@ -150,8 +147,8 @@ func benchTransportDelivery(b *testing.B, channels int, inline bool, rxOpts, txO
 	if got := delivered.Load(); got != int64(b.N) {
 		b.Fatalf("delivered %d of %d", got, b.N)
 	}
-	txt := tx.Stats(false).Totals()
-	wire := txt.WireOut + rx.Stats(false).Totals().WireOut
+	txt := tx.Stats().Totals()
+	wire := txt.WireOut + rx.Stats().Totals().WireOut
 	b.ReportMetric(float64(b.N)/float64(max(txt.Batches, 1)), "msgs/batch")
 	if testing.Verbose() {
 		b.Logf("flushes by cause: %v", txt.Flushes)
@@ -195,10 +192,7 @@ func BenchmarkTransport10000ChannelsGoroutine(b *testing.B) {
 // of a million messages, requests rarely. Its ratio to
 // BenchmarkTransport1Channel is the cost of flow control.
 func BenchmarkTransportLooseWindow(b *testing.B) {
-	w := window.DefaultConfig()
-	w.MaxMessages, w.MaxBytes = 1<<20, 60<<20
-	l := lossdetect.DefaultConfig()
-	benchTransport(b, 1, []Option{WithInboundBudget(128 << 20)}, []Option{WithWindow(w), WithLossDetect(l), WithPeerBudget(128 << 20)})
+	benchTransport(b, 1, []Option{WithInboundBudget(128 << 20)}, []Option{WithWindow(1<<20, 60<<20), WithPeerBudget(128 << 20)})
 }
 
 // BenchmarkTransportDataLoss5 drops 5% of DATA frames; go-back-N re-sends.
@@ -209,9 +203,7 @@ func BenchmarkTransportDataLoss5(b *testing.B) {
 func BenchmarkTransportWindowSweep(b *testing.B) {
 	for _, w := range []struct{ msgs, bytes int }{{1024, 256 << 10}, {2048, 512 << 10}, {4096, 1 << 20}, {8192, 2 << 20}, {16384, 4 << 20}} {
 		b.Run(fmt.Sprintf("%d-%dKiB", w.msgs, w.bytes>>10), func(b *testing.B) {
-			c := window.DefaultConfig()
-			c.MaxMessages, c.MaxBytes = w.msgs, w.bytes
-			benchTransport(b, 1, nil, []Option{WithWindow(c)})
+			benchTransport(b, 1, nil, []Option{WithWindow(w.msgs, w.bytes)})
 		})
 	}
 }
@@ -228,7 +220,7 @@ func benchTransportRuns(b *testing.B, channels, run int) {
 	tx, rx, p, senders, delivered := benchPair(b, channels, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	msgs := make([]wire.Message, run)
+	msgs := make([]Message, run)
 	for i := range msgs {
 		msgs[i].Payload = make([]byte, benchSize)
 	}
@@ -259,7 +251,7 @@ func benchTransportRuns(b *testing.B, channels, run int) {
 	if got := delivered.Load(); got != total {
 		b.Fatalf("delivered %d of %d", got, total)
 	}
-	wire := tx.Stats(false).Totals().WireOut + rx.Stats(false).Totals().WireOut
+	wire := tx.Stats().Totals().WireOut + rx.Stats().Totals().WireOut
 	b.ReportMetric(float64(total)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(float64(wire)/float64(total), "wireB/msg")
 }

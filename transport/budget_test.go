@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/window"
-	"github.com/sluicehq/sluice/wire"
 )
 
 // gate is a handler factory whose handlers block until the gate opens,
@@ -32,7 +31,7 @@ func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
 
 func (g *gate) handler(id taskid.ID) Handler {
 	h := g.col.handler(id)
-	return func(ch taskid.Channel, first uint64, msgs []wire.Message) {
+	return func(ch taskid.Channel, first uint64, msgs []Message) {
 		<-g.open
 		h(ch, first, msgs)
 	}
@@ -67,7 +66,7 @@ func openSenders(t *testing.T, ctx context.Context, p *Peer, n, targets int) []*
 // peerStats returns the stats of tx's only peer.
 func peerStats(t *testing.T, tx *Node) PeerStats {
 	t.Helper()
-	ps := tx.Stats(false).Peers
+	ps := tx.Stats().Peers
 	if len(ps) != 1 {
 		t.Fatalf("%d peers in Stats, want 1", len(ps))
 	}
@@ -80,9 +79,7 @@ func peerStats(t *testing.T, tx *Node) PeerStats {
 // once the receiver consumes.
 func TestPeerBudgetBoundsWindowMemory(t *testing.T) {
 	const budget, channels, size = 256 << 10, 100, 100
-	w := window.DefaultConfig()
-	w.MaxBytes, w.MaxMessages = 64<<10, 1024
-	rx, tx, p := newPair(t, nil, []Option{WithPeerBudget(budget), WithWindow(w)})
+	rx, tx, p := newPair(t, nil, []Option{WithPeerBudget(budget), WithWindow(1024, 64<<10)})
 	g := newGate(t)
 	rx.HandleAll(g.handler)
 	ctx := ctxT(t, 20*time.Second)
@@ -113,9 +110,8 @@ func TestPeerBudgetBoundsWindowMemory(t *testing.T) {
 	for _, n := range sent {
 		total += n
 	}
-	st := tx.Stats(true)
 	var sum int64
-	for _, c := range st.Channels {
+	for _, c := range tx.ChannelStats() {
 		sum += int64(c.WindowBytes)
 	}
 	if pst := peerStats(t, tx); sum != pst.WindowBytes || pst.Budget != budget || pst.Channels != channels {
@@ -208,10 +204,9 @@ func TestIdleWindowsGiveBackTheirMemory(t *testing.T) {
 // closed the peer holds nothing.
 func TestBudgetAccountingBalances(t *testing.T) {
 	const channels, perChannel = 40, 400
-	w := window.DefaultConfig()
-	w.MaxBytes, w.MaxMessages = 32<<10, 256
+	w := window.Config{MaxMessages: 256, MaxBytes: 32 << 10} // its footprint sizes the budget
 	budget := 4 * w.MaxFootprint()
-	rx, tx, p := newPair(t, nil, []Option{WithPeerBudget(budget), WithWindow(w)})
+	rx, tx, p := newPair(t, nil, []Option{WithPeerBudget(budget), WithWindow(w.MaxMessages, w.MaxBytes)})
 	col := newCollector()
 	rx.HandleAll(col.handler)
 	ctx := ctxT(t, 30*time.Second)
@@ -283,10 +278,9 @@ func TestBudgetAccountingBalances(t *testing.T) {
 // for one message gets it within a few reclaim intervals, though no ack
 // will ever come to the quiet channels again.
 func TestSmallIdleWindowsYieldToALargeMessage(t *testing.T) {
-	w := window.DefaultConfig()
-	w.MaxBytes, w.MaxMessages = 64<<10, 64
+	w := window.Config{MaxMessages: 64, MaxBytes: 64 << 10} // its footprint sizes the budget
 	budget := 2 * w.MaxFootprint()
-	rx, tx, p := newPair(t, nil, []Option{WithPeerBudget(budget), WithWindow(w)})
+	rx, tx, p := newPair(t, nil, []Option{WithPeerBudget(budget), WithWindow(w.MaxMessages, w.MaxBytes)})
 	// The quiet channels' targets consume only once their gate opens, so
 	// that each burst is retained whole (and grows its rings to 4 KiB)
 	// however the machine schedules.

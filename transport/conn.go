@@ -20,9 +20,9 @@ import (
 	"github.com/sluicehq/sluice/wire"
 )
 
-// defaultCompressThreshold is the smallest batch compressed when
-// compression is on and the batch config sets no threshold.
-const defaultCompressThreshold = 8 << 10
+// compressThreshold is the smallest batch compressed when compression is
+// on.
+const compressThreshold = 8 << 10
 
 const (
 	stHandshake int32 = iota
@@ -84,7 +84,7 @@ type conn struct {
 	hs *handshake.Machine // nil once the handshake is done
 	in struct {
 		rd    wire.DataReader
-		msgs  []wire.Message
+		msgs  []Message
 		table *taskid.Table
 		byNum []*inChan
 		dbuf  []byte // decompressed DATA body
@@ -150,11 +150,7 @@ func newConn(n *Node, p *Peer, slot int) *conn {
 	c.in.table = taskid.NewTable(n.o.maxChannels)
 	c.out.policy = batch.New(n.o.batch)
 	if n.o.compress {
-		threshold := n.o.batch.CompressThreshold
-		if threshold <= 0 {
-			threshold = defaultCompressThreshold
-		}
-		c.out.comp = batch.NewCompressor(threshold)
+		c.out.comp = batch.NewCompressor(compressThreshold)
 	}
 	c.mu.outTable = taskid.NewTable(0)
 	c.openedAt = n.now()
@@ -465,12 +461,20 @@ func (c *conn) onData(f wire.Frame) error {
 	rd := &c.in.rd
 	rd.Reset(body)
 	for {
-		msgs, h, err := rd.ReadRun(c.in.msgs[:0])
+		h, err := rd.NextRun()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return err
+		}
+		msgs := c.in.msgs[:0]
+		for range h.Count {
+			m, err := rd.NextMessage()
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, Message{Ts: m.Ts, Payload: m.Payload})
 		}
 		c.in.msgs = msgs[:0]
 		ic, err := c.inChan(h.Channel)

@@ -33,6 +33,16 @@
 // receiver answers with an Ack, and the source frees credit or re-sends
 // from the first missing sequence (lossdetect.Tracker).
 //
+// An embedder needs this package and taskid only. A [Node] is configured
+// with flat functional options ([WithWindow](msgs, bytes), [WithMaxBatch],
+// [WithLinger], [WithAckTimeouts], [WithPeerBudget], ...), each documenting
+// its default; the state machines behind them (window, lossdetect, batch)
+// are not part of the API. Messages go out as [Message] values ([Sender.Send]
+// takes a timestamp and a payload, [Sender.SendRun] a run of Messages) and
+// arrive as runs of Messages at a [Handler]. [Node.Stats] returns the
+// node's counters (connections, peers, injected faults, refusals) and
+// [Node.ChannelStats] those of each outgoing channel.
+//
 // Channels outlive connections: when a connection breaks, the peer redials
 // with exponential backoff and jitter, each channel re-opens with its epoch,
 // and sending resumes from the target's next expected sequence number, so no

@@ -15,9 +15,6 @@ var (
 	// ErrNoCredit is returned by TrySend when the channel's window or the
 	// peer's budget is full until the receiver acknowledges.
 	ErrNoCredit = errors.New("transport: no credit: the window is full until the receiver acknowledges")
-	// ErrNotConnected is returned by TrySend while the peer has no open
-	// connection (it is being dialed or redialed).
-	ErrNotConnected = errors.New("transport: peer not connected")
 	// ErrTooLarge means a payload is larger than a channel's window.
 	ErrTooLarge = errors.New("transport: payload larger than the channel window")
 	// ErrRejected means the peer refused this node for good (another

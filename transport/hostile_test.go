@@ -177,14 +177,14 @@ func TestAuthentication(t *testing.T) {
 					t.Errorf("OpenSender on a refused peer: %v, want ErrRejected", err)
 				}
 				wait()
-				if n := tx.Stats(false).Refused.AuthFailed; n != 1 {
+				if n := tx.Stats().Refused.AuthFailed; n != 1 {
 					t.Errorf("the dialer counted %d authentication failures, want 1 (it must not redial)", n)
 				}
 				deadline := time.Now().Add(5 * time.Second)
-				for rx.Stats(false).Refused.AuthFailed == 0 && time.Now().Before(deadline) {
+				for rx.Stats().Refused.AuthFailed == 0 && time.Now().Before(deadline) {
 					time.Sleep(5 * time.Millisecond)
 				}
-				if rx.Stats(false).Refused.AuthFailed == 0 {
+				if rx.Stats().Refused.AuthFailed == 0 {
 					t.Error("the acceptor did not count the authentication failure")
 				}
 			})
@@ -319,7 +319,7 @@ func TestHostilePeersUnderAuthentication(t *testing.T) {
 			})
 		}
 		t.Run("a peer sending its handshake a byte at a time is closed at the handshake timeout", func(t *testing.T) {
-			before := rx.Stats(false).Refused.HandshakeTimeouts
+			before := rx.Stats().Refused.HandshakeTimeouts
 			c := rawConn(t, rx.Addr())
 			in := wire.AppendAuth(bytes.Clone(authPreface), wire.Auth{Step: wire.AuthChallenge})
 			start := time.Now()
@@ -340,7 +340,7 @@ func TestHostilePeersUnderAuthentication(t *testing.T) {
 			if time.Since(start) >= 5*time.Second {
 				t.Fatal("the slow peer was not closed")
 			}
-			if got := rx.Stats(false).Refused.HandshakeTimeouts; got <= before {
+			if got := rx.Stats().Refused.HandshakeTimeouts; got <= before {
 				t.Errorf("handshake timeouts %d, want more than %d", got, before)
 			}
 		})
@@ -358,7 +358,7 @@ func TestAFloodOfOpensIsBoundedByTheChannelLimit(t *testing.T) {
 		}
 		sendExpectingLimit(t, rx.Addr(), b)
 		wait()
-		if rx.Stats(false).Refused.Limits == 0 {
+		if rx.Stats().Refused.Limits == 0 {
 			t.Error("the limit was not counted")
 		}
 	})
@@ -375,7 +375,7 @@ func TestConnectionsPerAddressAreLimited(t *testing.T) {
 			}
 		}
 		deadline := time.Now().Add(5 * time.Second)
-		for len(rx.Stats(false).Conns) < 4 && time.Now().Before(deadline) {
+		for len(rx.Stats().Conns) < 4 && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
 		c := rawConn(t, rx.Addr())
@@ -384,8 +384,8 @@ func TestConnectionsPerAddressAreLimited(t *testing.T) {
 			t.Fatalf("the fifth connection got GOAWAY %v (%q, %v), want LIMIT", g.Code, g.Message, ok)
 		}
 		wait()
-		if rx.Stats(false).Refused.ConnLimit != 1 {
-			t.Errorf("refused %d connections over the limit, want 1", rx.Stats(false).Refused.ConnLimit)
+		if rx.Stats().Refused.ConnLimit != 1 {
+			t.Errorf("refused %d connections over the limit, want 1", rx.Stats().Refused.ConnLimit)
 		}
 	})
 }
@@ -473,7 +473,7 @@ func TestAThousandIdleConnectionsAreClosedAndCostLittle(t *testing.T) {
 			defer c.Close()
 		}
 		deadline := time.Now().Add(5 * time.Second)
-		for len(rx.Stats(false).Conns) < n && time.Now().Before(deadline) {
+		for len(rx.Stats().Conns) < n && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
 		// The dialing side's sockets are in this process too, and cost it
@@ -489,7 +489,7 @@ func TestAThousandIdleConnectionsAreClosedAndCostLittle(t *testing.T) {
 				t.Fatalf("an idle connection was not closed: %v", err)
 			}
 		}
-		if got := rx.Stats(false).Refused.HandshakeTimeouts; got < uint64(n) {
+		if got := rx.Stats().Refused.HandshakeTimeouts; got < uint64(n) {
 			t.Errorf("%d handshake timeouts, want %d", got, n)
 		}
 		wait()
@@ -505,7 +505,7 @@ func TestAPeerThatIgnoresFlowControlIsClosed(t *testing.T) {
 		block := make(chan struct{})
 		t.Cleanup(func() { close(block) })
 		var handed atomic.Int64
-		if err := rx.Handle(target, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+		if err := rx.Handle(target, func(_ taskid.Channel, _ uint64, msgs []Message) {
 			handed.Add(int64(len(msgs)))
 			<-block
 		}); err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/taskid"
-	"github.com/sluicehq/sluice/wire"
 )
 
 // BenchmarkTransportPingPong measures the round trip of one 100-byte
@@ -46,13 +45,13 @@ func benchPingPong(b *testing.B, inline bool, opts ...Option) {
 	if inline {
 		zh, ah = z.HandleInline, a.HandleInline
 	}
-	_ = zh(taskid.ID{Processor: 1}, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+	_ = zh(taskid.ID{Processor: 1}, func(_ taskid.Channel, _ uint64, msgs []Message) {
 		for _, m := range msgs {
 			_ = back.Send(ctx, m.Ts, m.Payload)
 		}
 	})
 	pong := make(chan struct{}, 1)
-	_ = ah(taskid.ID{}, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+	_ = ah(taskid.ID{}, func(_ taskid.Channel, _ uint64, msgs []Message) {
 		for range msgs {
 			pong <- struct{}{}
 		}
@@ -107,7 +106,7 @@ func benchFixedRate(b *testing.B, rate float64, inline bool, opts []Option) {
 	lat := make([]time.Duration, 0, b.N)
 	done := make(chan struct{})
 	n := b.N
-	h := func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+	h := func(_ taskid.Channel, _ uint64, msgs []Message) {
 		now := bench.Now()
 		for _, m := range msgs {
 			lat = append(lat, time.Duration(now-m.Ts))

@@ -96,22 +96,50 @@ func WithEpoch(e uint64) Option { return func(o *options) { o.epoch = e } }
 // Default 1.
 func WithConnectionsPerPeer(n int) Option { return func(o *options) { o.connsPerPeer = n } }
 
-// WithWindow sets each channel's flow-control window. Default
-// window.DefaultConfig().
-func WithWindow(c window.Config) Option { return func(o *options) { o.window = c } }
+// WithWindow sets each channel's flow-control window: at most msgs
+// messages and bytes payload bytes sent and not yet acknowledged. A payload
+// larger than bytes is refused with [ErrTooLarge]. Default
+// [DefaultWindowMessages] and [DefaultWindowBytes], measured on loopback: a
+// window must cover what one channel sends in an AckRequest round trip, and
+// larger ones were slower because what they retain no longer fits in the
+// cache.
+func WithWindow(msgs, bytes int) Option {
+	return func(o *options) { o.window.MaxMessages, o.window.MaxBytes = msgs, bytes }
+}
 
-// WithLossDetect sets AckRequest scheduling and ack timeouts. Default
-// lossdetect.DefaultConfig().
-func WithLossDetect(c lossdetect.Config) Option { return func(o *options) { o.loss = c } }
+// Defaults of [WithWindow].
+const (
+	DefaultWindowMessages = 4096
+	DefaultWindowBytes    = 1 << 20
+)
 
-// WithBatch sets the batching policy. Default batch.DefaultConfig(): flush
-// at once when idle, batches of at most 64 KiB.
-func WithBatch(c batch.Config) Option { return func(o *options) { o.batch = c } }
+// WithAckTimeouts sets how long an unanswered ACKREQUEST or OPEN waits
+// before it is repeated: initial until a round trip has been measured, then
+// the measured timeout (RFC 6298) kept within [min, max], doubling on each
+// repeat up to max. Default 20 ms, 2 ms and 1 s.
+func WithAckTimeouts(initial, min, max time.Duration) Option {
+	return func(o *options) {
+		o.loss.InitialAckTimeout, o.loss.MinAckTimeout, o.loss.MaxAckTimeout = initial, min, max
+	}
+}
+
+// WithMaxBatch sets the size at which a batch is cut and written without
+// waiting for more. Default 64 KiB.
+func WithMaxBatch(bytes int) Option { return func(o *options) { o.batch.MaxBatchBytes = bytes } }
+
+// WithLinger sets how long a batch may wait for more messages while writes
+// are in flight: initial until write times and the message rate have been
+// measured, then adapted within [min, max] (min == max == initial: fixed).
+// A batch never waits on an idle connection. Default 50 µs within [5 µs,
+// 1 ms].
+func WithLinger(initial, min, max time.Duration) Option {
+	return func(o *options) { o.batch.Linger, o.batch.MinLinger, o.batch.MaxLinger = initial, min, max }
+}
 
 // WithCompression offers s2 compression of large batches to peers; a batch
-// is compressed only when both sides offered it, when it is at least the
-// batch config's CompressThreshold (8 KiB if that is 0), and when it
-// compresses well (incompressible data is detected and skipped cheaply).
+// is compressed only when both sides offered it, when it is at least 8 KiB,
+// and when it compresses well (incompressible data is detected and skipped
+// cheaply).
 // Default off.
 func WithCompression(on bool) Option { return func(o *options) { o.compress = on } }
 

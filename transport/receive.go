@@ -19,7 +19,16 @@ import (
 // keep. When it returns, the messages count as consumed, and the receiver
 // may acknowledge them, which lets the source send more. A slow handler
 // therefore slows its sources down rather than filling memory.
-type Handler func(ch taskid.Channel, firstSeq uint64, msgs []wire.Message)
+type Handler func(ch taskid.Channel, firstSeq uint64, msgs []Message)
+
+// Message is one message of a channel: the timestamp its source sent it
+// with (the engine's event time; the transport only carries it) and its
+// payload. Who owns Payload is said where a Message is passed: a
+// [Handler]'s are valid until it returns; [Sender.SendRun] copies them.
+type Message struct {
+	Ts      int64
+	Payload []byte
+}
 
 type pair struct{ source, target taskid.ID }
 
@@ -91,7 +100,7 @@ func (rs *recvState) onAckRequest(c *conn, r wire.AckRequest) {
 // onRun checks a run's messages and hands the accepted ones to the target:
 // to its inline handler, or copied into its inbox. It runs on c's loop;
 // msgs alias c's read buffer.
-func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []wire.Message) error {
+func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []Message) error {
 	in := rs.inbox
 	// Acceptance and hand-off happen under in.order, so that a target that
 	// turns inline meanwhile, or runs arriving on two connections, keep the
@@ -157,7 +166,7 @@ func (rs *recvState) acceptLocked(c *conn, ic *inChan, seq uint64) bool {
 // place, and counts them consumed when it returns. The receiver accepts
 // only its next sequence number, so the accepted messages of a run are
 // consecutive. The caller holds rs.inbox.order.
-func (rs *recvState) runInline(c *conn, ic *inChan, firstSeq uint64, msgs []wire.Message, h Handler) {
+func (rs *recvState) runInline(c *conn, ic *inChan, firstSeq uint64, msgs []Message, h Handler) {
 	lo, n := 0, 0
 	rs.mu.Lock()
 	for i := range msgs {
@@ -211,7 +220,7 @@ type delivery struct {
 	conn  *conn
 	ch    taskid.Channel
 	first uint64
-	msgs  []wire.Message
+	msgs  []Message
 	buf   []byte
 	bytes int
 }
@@ -229,7 +238,7 @@ const (
 
 var (
 	bufPools [numClasses]sync.Pool // of *[]byte
-	msgPools [numClasses]sync.Pool // of *[]wire.Message, classes counted in messages from 1
+	msgPools [numClasses]sync.Pool // of *[]Message, classes counted in messages from 1
 )
 
 func sizeClass(n, minShift int) int {
@@ -254,13 +263,13 @@ func getDelivery(n, size int) *delivery {
 		d.buf = make([]byte, 0, size)
 	}
 	if c := sizeClass(n, 0); c < numClasses {
-		if p, ok := msgPools[c].Get().(*[]wire.Message); ok {
+		if p, ok := msgPools[c].Get().(*[]Message); ok {
 			d.msgs = (*p)[:0]
 		} else {
-			d.msgs = make([]wire.Message, 0, 1<<c)
+			d.msgs = make([]Message, 0, 1<<c)
 		}
 	} else {
-		d.msgs = make([]wire.Message, 0, n)
+		d.msgs = make([]Message, 0, n)
 	}
 	return d
 }
@@ -280,12 +289,12 @@ func putDelivery(d *delivery) {
 	deliveryPool.Put(d)
 }
 
-func (d *delivery) add(m wire.Message) {
+func (d *delivery) add(m Message) {
 	off := len(d.buf)
 	d.buf = append(d.buf, m.Payload...)
 	// buf has room for the whole run (getDelivery), so append never moves
 	// it and earlier payload slices stay valid.
-	d.msgs = append(d.msgs, wire.Message{Ts: m.Ts, Payload: d.buf[off:len(d.buf):len(d.buf)]})
+	d.msgs = append(d.msgs, Message{Ts: m.Ts, Payload: d.buf[off:len(d.buf):len(d.buf)]})
 	d.bytes += len(m.Payload)
 }
 

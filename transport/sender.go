@@ -183,7 +183,7 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 // SendRun sends msgs in order as Send would, taking the channel's lock once
 // for as many as have credit. It returns once all are sent, or with the
 // number sent and the error that stopped it.
-func (s *Sender) SendRun(ctx context.Context, msgs []wire.Message) (int, error) {
+func (s *Sender) SendRun(ctx context.Context, msgs []Message) (int, error) {
 	n := 0
 	for n < len(msgs) {
 		k, err := s.TrySendRun(msgs[n:])
@@ -204,7 +204,7 @@ func (s *Sender) SendRun(ctx context.Context, msgs []wire.Message) (int, error) 
 // TrySendRun sends as many of msgs, in order, as have credit now, copying
 // their payloads, and returns how many it sent; the error says why it
 // stopped early, as TrySend's does.
-func (s *Sender) TrySendRun(msgs []wire.Message) (int, error) {
+func (s *Sender) TrySendRun(msgs []Message) (int, error) {
 	ch := s.ch
 	ch.mu.Lock()
 	defer ch.unlockAndWrite()

@@ -14,12 +14,11 @@ import (
 // Stats is a snapshot of a node's counters. Connection counters include
 // the connections already closed in Closed.
 type Stats struct {
-	Conns    []ConnStats    `json:"conns"`
-	Closed   ConnStats      `json:"closed"` // sums over closed connections
-	Channels []ChannelStats `json:"channels,omitempty"`
-	Peers    []PeerStats    `json:"peers,omitempty"`
-	Faults   FaultStats     `json:"faults"`
-	Refused  RefusedStats   `json:"refused"`
+	Conns   []ConnStats  `json:"conns"`
+	Closed  ConnStats    `json:"closed"` // sums over closed connections
+	Peers   []PeerStats  `json:"peers,omitempty"`
+	Faults  FaultStats   `json:"faults"`
+	Refused RefusedStats `json:"refused"`
 }
 
 // RefusedStats counts connections the node refused or dropped before they
@@ -148,9 +147,8 @@ type ChannelStats struct {
 	Attached     bool                    `json:"attached"`
 }
 
-// Stats returns the node's counters. With channels set it also lists every
-// outgoing channel, which costs a lock per channel.
-func (n *Node) Stats(channels bool) Stats {
+// Stats returns the node's counters. Safe for concurrent use.
+func (n *Node) Stats() Stats {
 	var s Stats
 	n.mu.Lock()
 	conns := make([]*conn, 0, len(n.mu.conns))
@@ -168,15 +166,22 @@ func (n *Node) Stats(channels bool) Stats {
 	s.Refused = n.sec.snapshot()
 	for _, p := range n.peers() {
 		s.Peers = append(s.Peers, p.stats())
-		if channels {
-			p.mu.Lock()
-			for _, ch := range p.mu.channels {
-				s.Channels = append(s.Channels, ch.stats())
-			}
-			p.mu.Unlock()
-		}
 	}
 	return s
+}
+
+// ChannelStats returns the counters of every open outgoing channel, to all
+// peers; it takes each channel's lock in turn. Safe for concurrent use.
+func (n *Node) ChannelStats() []ChannelStats {
+	var cs []ChannelStats
+	for _, p := range n.peers() {
+		p.mu.Lock()
+		for _, ch := range p.mu.channels {
+			cs = append(cs, ch.stats())
+		}
+		p.mu.Unlock()
+	}
+	return cs
 }
 
 // PeerStats is the state of one peer this node sends to.

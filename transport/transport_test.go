@@ -29,7 +29,7 @@ type collector struct {
 func newCollector() *collector { return &collector{next: map[taskid.ID]uint64{}} }
 
 func (c *collector) handler(taskid.ID) Handler {
-	return func(ch taskid.Channel, first uint64, msgs []wire.Message) {
+	return func(ch taskid.Channel, first uint64, msgs []Message) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for _, m := range msgs {
@@ -150,7 +150,7 @@ func testManyChannelsShareOneConnection(t *testing.T, be []Option) {
 	rx.HandleAll(col.handler)
 	sendAll(t, ctxT(t, 20*time.Second), p, 200, 300, 64)
 	col.check(t, 200*300)
-	if conns := tx.Stats(false).Conns; len(conns) != 1 {
+	if conns := tx.Stats().Conns; len(conns) != 1 {
 		t.Errorf("%d connections, want 1", len(conns))
 	}
 }
@@ -163,7 +163,7 @@ func testSeveralConnectionsPerPeer(t *testing.T, be []Option) {
 	rx.HandleAll(col.handler)
 	sendAll(t, ctxT(t, 20*time.Second), p, 12, 500, 64)
 	col.check(t, 12*500)
-	if conns := tx.Stats(false).Conns; len(conns) != 3 {
+	if conns := tx.Stats().Conns; len(conns) != 3 {
 		t.Errorf("%d connections, want 3", len(conns))
 	}
 }
@@ -253,7 +253,7 @@ func testChannelsSurviveConnectionResets(t *testing.T, be []Option) {
 	rx.HandleAll(col.handler)
 	sendAll(t, ctxT(t, 60*time.Second), p, 8, 30000, 100)
 	col.check(t, 8*30000)
-	if r := tx.Stats(false).Faults.Resets; r == 0 {
+	if r := tx.Stats().Faults.Resets; r == 0 {
 		t.Error("no reset was injected; the test proves nothing")
 	}
 }
@@ -273,7 +273,7 @@ func testLossDuplicationAndAckLossAreRepaired(t *testing.T, be []Option) {
 	// acks. Frames are few (4.8 MB in 64 KiB batches; a request per quarter
 	// window or drained burst), so the rates are high enough that each kind
 	// of fault is all but certain to happen.
-	fs, rs := tx.Stats(false).Faults, rx.Stats(false).Faults
+	fs, rs := tx.Stats().Faults, rx.Stats().Faults
 	if fs.DataDropped == 0 || fs.CtrlDropped+rs.CtrlDropped == 0 || fs.Duplicated+rs.Duplicated == 0 {
 		t.Errorf("faults injected %+v at the source, %+v at the target; want some of each", fs, rs)
 	}
@@ -286,7 +286,7 @@ func TestASlowPeerDoesNotHoldBackAFastOne(t *testing.T) {
 	}
 	defer slow.Abort()
 	slow.HandleAll(func(taskid.ID) Handler {
-		return func(taskid.Channel, uint64, []wire.Message) { time.Sleep(50 * time.Millisecond) }
+		return func(taskid.Channel, uint64, []Message) { time.Sleep(50 * time.Millisecond) }
 	})
 	fast, err := NewNode(WithListen("127.0.0.1:0"))
 	if err != nil {
@@ -326,7 +326,7 @@ func TestAReceiverRestartedOnTheSameAddressGetsEverythingUnacknowledged(t *testi
 	addr := rx.Addr()
 	var first atomic.Int64
 	rx.HandleAll(func(taskid.ID) Handler {
-		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) { first.Add(int64(len(msgs))) }
+		return func(_ taskid.Channel, _ uint64, msgs []Message) { first.Add(int64(len(msgs))) }
 	})
 	tx, err := NewNode(WithReconnectBackoff(time.Millisecond, 20*time.Millisecond))
 	if err != nil {
@@ -371,7 +371,7 @@ func TestAReceiverRestartedOnTheSameAddressGetsEverythingUnacknowledged(t *testi
 	var maxSeq atomic.Uint64
 	var second atomic.Int64
 	rx2.HandleAll(func(taskid.ID) Handler {
-		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+		return func(_ taskid.Channel, _ uint64, msgs []Message) {
 			second.Add(int64(len(msgs)))
 			maxSeq.Store(binary.LittleEndian.Uint64(msgs[len(msgs)-1].Payload))
 		}
@@ -577,7 +577,7 @@ func TestCompressedBatchesArriveIntactAndSmaller(t *testing.T) {
 	var got atomic.Int64
 	var bad atomic.Int64
 	rx.HandleAll(func(taskid.ID) Handler {
-		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+		return func(_ taskid.Channel, _ uint64, msgs []Message) {
 			for _, m := range msgs {
 				if !bytes.Equal(m.Payload[8:], bytes.Repeat([]byte("sluice "), 128)[:len(m.Payload)-8]) {
 					bad.Add(1)
@@ -605,7 +605,7 @@ func TestCompressedBatchesArriveIntactAndSmaller(t *testing.T) {
 	if got.Load() != n || bad.Load() != 0 {
 		t.Fatalf("delivered %d of %d, %d damaged", got.Load(), n, bad.Load())
 	}
-	if wireOut := tx.Stats(false).Totals().WireOut; wireOut >= n*size/2 {
+	if wireOut := tx.Stats().Totals().WireOut; wireOut >= n*size/2 {
 		t.Errorf("%d bytes on the wire for %d bytes of repetitive payload: not compressed", wireOut, n*size)
 	}
 }
@@ -616,7 +616,7 @@ func TestCompressionNeedsBothSides(t *testing.T) {
 	rx.HandleAll(col.handler)
 	sendAll(t, ctxT(t, 20*time.Second), p, 1, 5000, 200)
 	col.check(t, 5000)
-	if wireOut := tx.Stats(false).Totals().WireOut; wireOut < 5000*200 {
+	if wireOut := tx.Stats().Totals().WireOut; wireOut < 5000*200 {
 		t.Errorf("%d bytes on the wire for 1,000,000 bytes of payload: compressed for a peer that did not offer it", wireOut)
 	}
 }
@@ -633,7 +633,7 @@ func testInlineHandlersGetEveryMessageOnceInOrderUnderFaults(t *testing.T, be []
 	rx.HandleAllInline(col.handler)
 	sendAll(t, ctxT(t, 60*time.Second), p, 8, 30000, 100)
 	col.check(t, 8*30000)
-	fs := tx.Stats(false).Faults
+	fs := tx.Stats().Faults
 	if fs.DataDropped == 0 || fs.Duplicated == 0 || fs.Resets == 0 {
 		t.Errorf("faults injected %+v; want drops, duplicates and resets", fs)
 	}
@@ -660,7 +660,7 @@ func testInlineHandlerRunsOneRunAtATimeAcrossConnections(t *testing.T, be []Opti
 	inner := col.handler(taskid.ID{})
 	var inside, overlaps atomic.Int32
 	target := taskid.ID{Processor: 1}
-	if err := rx.HandleInline(target, func(ch taskid.Channel, first uint64, msgs []wire.Message) {
+	if err := rx.HandleInline(target, func(ch taskid.Channel, first uint64, msgs []Message) {
 		if inside.Add(1) > 1 {
 			overlaps.Add(1)
 		}
@@ -708,7 +708,7 @@ func TestATargetTakesOneHandlerOfEitherKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Abort()
-	h := func(taskid.Channel, uint64, []wire.Message) {}
+	h := func(taskid.Channel, uint64, []Message) {}
 	a, b := taskid.ID{Index: 1}, taskid.ID{Index: 2}
 	if err := n.Handle(a, h); err != nil {
 		t.Fatal(err)

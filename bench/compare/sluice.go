@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
-	"github.com/sluicehq/sluice/wire"
 )
 
 // sluicePeer is the library under test: two transport nodes over loopback,
@@ -73,7 +72,7 @@ func (p *sluicePeer) Throughput(ctx context.Context, size int, d time.Duration) 
 	// The receiving task only checks and counts, and never blocks, so it runs
 	// inline on the connection's loop, as the other peers' readers check
 	// what they read on their reading goroutine.
-	if err := rx.HandleInline(sluiceTarget, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+	if err := rx.HandleInline(sluiceTarget, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
@@ -141,7 +140,7 @@ func (p *sluicePeer) Latency(ctx context.Context, size, n int) (hist, error) {
 	if err != nil {
 		return hist{}, fmt.Errorf("sluice: %w", err)
 	}
-	if err := z.Handle(sluiceTarget, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+	if err := z.Handle(sluiceTarget, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
 		for _, m := range msgs {
 			_ = back.Send(ctx, 0, m.Payload)
 		}
@@ -149,7 +148,7 @@ func (p *sluicePeer) Latency(ctx context.Context, size, n int) (hist, error) {
 		return hist{}, err
 	}
 	pong := make(chan []byte, 1)
-	if err := a.Handle(sluiceSource, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+	if err := a.Handle(sluiceSource, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
 		for _, m := range msgs {
 			pong <- append([]byte(nil), m.Payload...)
 		}

@@ -497,7 +497,7 @@ func (r *agentRun) run(ctx context.Context, ctlLocal net.Addr) error {
 	for _, e := range m.Epochs {
 		f.BySender[e] = r.srv.session(e).findings()
 	}
-	f.WireOut = int64(r.node.Stats(false).Totals().WireOut)
+	f.WireOut = int64(r.node.Stats().Totals().WireOut)
 	if err := r.cc.send(ctlMsg{Type: msgFindings, Findings: &f}); err != nil {
 		return err
 	}
@@ -618,7 +618,7 @@ func (r *agentRun) startHeartbeat() {
 			case <-t.C:
 			}
 			p := agentProgress{
-				Sent:      int64(r.node.Stats(false).Totals().MessagesOut),
+				Sent:      int64(r.node.Stats().Totals().MessagesOut),
 				Delivered: r.srv.delivered.Load(),
 			}
 			if r.cc.send(ctlMsg{Type: msgProgress, Progress: &p}) != nil {

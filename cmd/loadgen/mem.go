@@ -86,7 +86,7 @@ func (m *memSampler) windows() (bytes int64, budget int) {
 	if m.tx == nil {
 		return 0, 0
 	}
-	for _, p := range m.tx.Stats(false).Peers {
+	for _, p := range m.tx.Stats().Peers {
 		bytes += p.WindowBytes
 		budget = p.Budget
 	}

@@ -29,7 +29,6 @@ import (
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/window"
-	"github.com/sluicehq/sluice/wire"
 )
 
 // The tasks of serve and send: data flows from (0, i) to (1, i); at the end
@@ -91,7 +90,7 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 	if target == controlTarget {
 		return s.onControl
 	}
-	return func(ch taskid.Channel, _ uint64, msgs []wire.Message) {
+	return func(ch taskid.Channel, _ uint64, msgs []transport.Message) {
 		s.lim.wait(len(msgs))
 		ss := s.session(ch.Epoch)
 		now := bench.Now()
@@ -128,7 +127,7 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 }
 
 // onControl answers a send run's request for its findings.
-func (s *server) onControl(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+func (s *server) onControl(_ taskid.Channel, _ uint64, msgs []transport.Message) {
 	for _, m := range msgs {
 		var req reportRequest
 		if err := json.Unmarshal(m.Payload, &req); err != nil {
@@ -252,7 +251,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer node.Abort()
 	answer := make(chan findings, 1)
-	if err := node.Handle(replyTarget, func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+	if err := node.Handle(replyTarget, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
 		for _, m := range msgs {
 			var f findings
 			if json.Unmarshal(m.Payload, &f) == nil {
@@ -337,14 +336,14 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if f.Latency != nil {
 		rec.MergeHistogram(hdrhistogram.Import(f.Latency))
 	}
-	st := node.Stats(true)
+	st := node.Stats()
 	report.DurationS = elapsed.Seconds()
 	report.MessagesSent = res.Sent
 	report.MessagesDelivered = f.Delivered
 	report.Duplicates = f.Duplicates
 	report.Lost = max(res.Sent-f.Delivered, f.Gaps)
 	report.WireBytes = int64(st.Totals().WireOut)
-	for _, c := range st.Channels {
+	for _, c := range node.ChannelStats() {
 		report.Resent += int64(c.Resent)
 	}
 	report.Finish(rec)
@@ -431,6 +430,7 @@ func (s *nodeFlags) options() ([]transport.Option, error) {
 	if s.socketBuffer < 0 {
 		return nil, fmt.Errorf("--socket-buffer must be >= 0 bytes, got %d", s.socketBuffer)
 	}
+	// The transport refuses such a budget too, but without naming the flag.
 	if least := window.DefaultConfig().MaxFootprint(); s.peerBudget < least {
 		return nil, fmt.Errorf("--peer-budget must be at least one full window's memory, %d bytes; got %d", least, s.peerBudget)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
-	"github.com/sluicehq/sluice/wire"
 )
 
 // headerLen is the part of every loadgen payload that carries its intended
@@ -127,7 +126,7 @@ type chanCheck struct {
 	_    [56]byte // keep channels on their own cache lines
 }
 
-func (k *checker) observe(ch int, msgs []wire.Message, now int64, rec *bench.Recorder) {
+func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *bench.Recorder) {
 	c := &k.chans[ch]
 	var dups, gaps, bytes int64
 	// Messages stamped with one clock read and received in one run have
@@ -236,9 +235,9 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	handleAll(func(target taskid.ID) transport.Handler {
 		idx := int(target.Index)
 		if target.Processor != 1 || idx >= cfg.channels {
-			return func(taskid.Channel, uint64, []wire.Message) {}
+			return func(taskid.Channel, uint64, []transport.Message) {}
 		}
-		return func(_ taskid.Channel, _ uint64, msgs []wire.Message) {
+		return func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
 			lim.wait(len(msgs))
 			chk.observe(idx, msgs, bench.Now(), rec)
 		}
@@ -298,14 +297,14 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	elapsed := time.Since(start)
 	prog.Stop()
 
-	txs, rxs := tx.Stats(true), rx.Stats(false)
+	txs, rxs := tx.Stats(), rx.Stats()
 	report.DurationS = elapsed.Seconds()
 	report.MessagesSent = sent
 	report.MessagesDelivered = chk.delivered.Load()
 	report.Duplicates = chk.duplicates.Load()
 	report.Lost = max(sent-report.MessagesDelivered, chk.gaps.Load())
 	report.WireBytes = int64(txs.Totals().WireOut + rxs.Totals().WireOut)
-	for _, c := range txs.Channels {
+	for _, c := range tx.ChannelStats() {
 		report.Resent += int64(c.Resent)
 	}
 	report.Faults = faultMap(txs.Faults, rxs.Faults)
@@ -343,7 +342,7 @@ func markFaults(prog *bench.Progress, nodes ...*transport.Node) func() {
 			}
 			var now transport.FaultStats
 			for _, n := range nodes {
-				f := n.Stats(false).Faults
+				f := n.Stats().Faults
 				now.DataDropped += f.DataDropped
 				now.CtrlDropped += f.CtrlDropped
 				now.Duplicated += f.Duplicated
@@ -401,8 +400,8 @@ func (p *payloadSource) next(ch int, intended int64) []byte {
 }
 
 // newRun returns n messages with payload buffers of their own, for stamp.
-func (p *payloadSource) newRun(n int) []wire.Message {
-	run := make([]wire.Message, n)
+func (p *payloadSource) newRun(n int) []transport.Message {
+	run := make([]transport.Message, n)
 	for i := range run {
 		run[i].Payload = bytes.Clone(p.buf)
 	}
@@ -411,7 +410,7 @@ func (p *payloadSource) newRun(n int) []wire.Message {
 
 // stamp makes run the next len(run) messages of channel ch, intended to be
 // sent at intended.
-func (p *payloadSource) stamp(run []wire.Message, ch int, intended int64) {
+func (p *payloadSource) stamp(run []transport.Message, ch int, intended int64) {
 	for i := range run {
 		run[i].Ts = intended
 		binary.LittleEndian.PutUint64(run[i].Payload, uint64(intended))

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench"
-	"github.com/sluicehq/sluice/wire"
+	"github.com/sluicehq/sluice/transport"
 )
 
 func TestTransportDeliveryChoice(t *testing.T) {
@@ -91,15 +91,15 @@ func TestNodeFlags(t *testing.T) {
 func TestCheckerCountsAndRecordsEachMessage(t *testing.T) {
 	k := &checker{chans: make([]chanCheck, 1)}
 	rec := bench.NewRecorder()
-	msg := func(sent int64, seq uint64) wire.Message {
+	msg := func(sent int64, seq uint64) transport.Message {
 		p := make([]byte, headerLen)
 		binary.LittleEndian.PutUint64(p, uint64(sent))
 		binary.LittleEndian.PutUint64(p[8:], seq)
-		return wire.Message{Payload: p}
+		return transport.Message{Payload: p}
 	}
 	const now = 10_000_000
 	// Three stamped together, one later, a duplicate, then a gap of two.
-	k.observe(0, []wire.Message{
+	k.observe(0, []transport.Message{
 		msg(now-5000, 0), msg(now-5000, 1), msg(now-5000, 2), msg(now-2000, 3), msg(now-2000, 3), msg(now-1000, 6),
 	}, now, rec)
 	if d, dup, g := k.delivered.Load(), k.duplicates.Load(), k.gaps.Load(); d != 5 || dup != 1 || g != 2 {
