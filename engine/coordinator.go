@@ -76,6 +76,10 @@ type Config struct {
 	Logger *slog.Logger
 	// OnEvent, if set, is told of faults and recoveries as they happen.
 	OnEvent func(kind, detail string)
+	// ClockStallAlert is how long the global clock may stand still while
+	// a generation runs before the coordinator logs a warning (and tells
+	// OnEvent "clock-stall"). Default 10 s; negative: never.
+	ClockStallAlert time.Duration
 }
 
 // Result is the outcome of a completed job.
@@ -119,6 +123,8 @@ type Coordinator struct {
 	// the fault schedules
 	crashes, kills faultSchedule
 
+	st stats
+
 	// per worker cumulative counters, banked when a worker restarts
 	mu struct {
 		sync.Mutex
@@ -143,6 +149,9 @@ func NewCoordinator(job *Job, cfg Config) (*Coordinator, error) {
 	}
 	if cfg.InitialInterval <= 0 {
 		cfg.InitialInterval = 4096
+	}
+	if cfg.ClockStallAlert == 0 {
+		cfg.ClockStallAlert = 10 * time.Second
 	}
 	if cfg.Restart == (RestartPolicy{}) {
 		cfg.Restart = DefaultRestartPolicy()
@@ -314,6 +323,7 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			err = c.start(ctx, gen, place, restore, has)
 		}
 		if err == nil {
+			c.statsGeneration(gen, time.Now())
 			if !failedAt.IsZero() {
 				res.RecoveryTimes = append(res.RecoveryTimes, time.Since(failedAt))
 			}
@@ -349,6 +359,7 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 				len(restarts), c.cfg.Restart.Window, err)
 		}
 		res.Recoveries++
+		c.statsRecovery()
 		_, _ = c.allAlive(ctx, Request{Op: "stop"})
 		select {
 		case <-ctx.Done():
@@ -496,6 +507,7 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 		}
 		clk.endRound()
 		m := clk.min()
+		c.statsClock(m, time.Now())
 		if m == clock.Idle {
 			out := map[string][]byte{}
 			rs, err := c.all(ctx, Request{Op: "finish", Gen: gen})
@@ -514,6 +526,7 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 		}
 		// Every message below target is processed: checkpoint.
 		tc, next := c.target, c.horizon
+		ckptStart := time.Now()
 		if _, err := c.all(ctx, Request{Op: "checkpoint", Gen: gen, Persist: true, Ts: tc, Next: next}); err != nil {
 			return nil, err
 		}
@@ -532,6 +545,8 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 		if _, err := c.all(ctx, Request{Op: "commit", Gen: gen, Ts: tc}); err != nil {
 			return nil, err
 		}
+		done := time.Now()
+		c.statsCheckpoint(done.Sub(ckptStart), done)
 	}
 }
 

@@ -44,6 +44,8 @@ func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 		defer t.Stop()
 		retry = t.C
 	}
+	start := p.node.now()
+	defer func() { p.blocked.Add(p.node.now() - start) }()
 	select {
 	case <-w:
 	case <-retry:

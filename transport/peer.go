@@ -46,9 +46,20 @@ type Peer struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 
+	// counters for [PeerStats]
+	blocked      atomic.Int64 // ns senders spent waiting for credit
+	resent       atomic.Uint64
+	connects     atomic.Uint64
+	reconnects   atomic.Uint64
+	dialFailures atomic.Uint64
+
 	mu struct {
 		sync.Mutex
-		conns    []*conn // by slot; nil while down
+		conns  []*conn // by slot; nil while down
+		everUp []bool  // by slot: a connection was up before
+		// gone sums the traffic of the peer's closed connections, so
+		// that PeerStats.Traffic stays cumulative.
+		gone     ConnStats
 		channels map[taskid.Channel]*channel
 		err      error // a permanent refusal by the peer
 		lastErr  error // why the last connection attempt or connection failed
@@ -69,6 +80,7 @@ func newPeer(n *Node, addr string) *Peer {
 	p := &Peer{node: n, addr: addr, stop: make(chan struct{}),
 		rings: window.NewPool(n.o.peerBudget / ringPoolShare)}
 	p.mu.conns = make([]*conn, n.o.connsPerPeer)
+	p.mu.everUp = make([]bool, n.o.connsPerPeer)
 	p.mu.channels = make(map[taskid.Channel]*channel)
 	for slot := range n.o.connsPerPeer {
 		p.wg.Add(1)
@@ -174,6 +186,11 @@ func (p *Peer) attach(c *conn) {
 	}
 	p.mu.conns[c.slot] = c
 	p.mu.lastErr = nil
+	p.connects.Add(1)
+	if p.mu.everUp[c.slot] {
+		p.reconnects.Add(1)
+	}
+	p.mu.everUp[c.slot] = true
 	for _, ch := range p.mu.channels {
 		if ch.slot != c.slot {
 			continue
@@ -191,6 +208,7 @@ func (p *Peer) detach(c *conn) {
 	if p.mu.conns[c.slot] == c {
 		p.mu.conns[c.slot] = nil
 	}
+	p.mu.gone.add(c.snapshot())
 	for _, ch := range p.mu.channels {
 		if ch.slot != c.slot {
 			continue
@@ -224,7 +242,9 @@ func (p *Peer) dialLoop(slot int) {
 		default:
 		}
 		c, err := n.dial(p, slot)
-		if err == nil {
+		if err != nil {
+			p.dialFailures.Add(1)
+		} else {
 			select {
 			case <-c.done:
 				err = c.closeErr

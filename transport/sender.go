@@ -26,7 +26,8 @@ type channel struct {
 	key  taskid.Channel
 	slot int
 
-	credit notifier // broadcast when credit is freed or the channel shuts
+	credit  notifier     // broadcast when credit is freed or the channel shuts
+	blocked atomic.Int64 // ns Send and SendRun spent waiting for credit
 
 	mu struct {
 		sync.Mutex
@@ -248,6 +249,12 @@ func (ch *channel) waitCredit(ctx context.Context, size int) error {
 		defer t.Stop()
 		retry = t.C
 	}
+	start := p.node.now()
+	defer func() {
+		d := p.node.now() - start
+		ch.blocked.Add(d)
+		p.blocked.Add(d)
+	}()
 	select {
 	case <-w1:
 	case <-w2:
@@ -364,9 +371,6 @@ func (ch *channel) fill(c *conn, now int64, limit int) (n int, more, full bool) 
 		return 0, false, false
 	}
 	first := win.NextToSend()
-	if first < win.SentHigh() {
-		ch.mu.resent += min(win.SentHigh()-first, uint64(unsent))
-	}
 	baseTs, _ := win.Message(first)
 	room := limit - len(o.data)
 	h := wire.RunHeader{Channel: ch.mu.num, FirstSeq: first, Count: unsent, BaseTs: baseTs}
@@ -386,6 +390,13 @@ func (ch *channel) fill(c *conn, now int64, limit int) (n int, more, full bool) 
 	if n == 0 {
 		ch.mu.queued = true
 		return 0, true, true
+	}
+	if first < win.SentHigh() {
+		// Messages sent before and rewound by a loss: count those of them
+		// in this run.
+		r := min(win.SentHigh()-first, uint64(n))
+		ch.mu.resent += r
+		ch.peer.resent.Add(r)
 	}
 	h.Count = n
 	o.data = wire.AppendRunHeader(o.data, h)

@@ -3,7 +3,9 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/lossdetect"
@@ -133,10 +135,14 @@ func (c *conn) snapshot() ConnStats {
 type ChannelStats struct {
 	Channel taskid.Channel `json:"-"`
 	Name    string         `json:"channel"`
+	Peer    string         `json:"peer"` // the address of the peer it sends to
 	Sent    uint64         `json:"sent"`
 	Bytes   uint64         `json:"bytes"`
 	Resent  uint64         `json:"resent"`
-	Unacked int            `json:"unacked"`
+	// Blocked is the time Send and SendRun spent waiting for credit on
+	// this channel, summed over the goroutines that waited.
+	Blocked time.Duration `json:"blocked_ns"`
+	Unacked int           `json:"unacked"`
 	// Unsent is how many of the Unacked messages wait to be written.
 	Unsent int `json:"unsent"`
 	// UnackedBytes is the payload of the unacknowledged messages;
@@ -196,16 +202,51 @@ type PeerStats struct {
 	WindowBytes int64 `json:"window_bytes"`
 	IdleBytes   int64 `json:"idle_bytes"`
 	Budget      int   `json:"budget"`
+	// Blocked is the time senders spent waiting for credit from this peer
+	// (its channels' windows or the budget), summed over the goroutines
+	// that waited: Send, SendRun and [Peer.WaitCredit]. Its rate is the
+	// back-pressure the peer exerts, in seconds per second.
+	Blocked time.Duration `json:"blocked_ns"`
+	// Resent counts the messages re-sent after a loss was detected.
+	Resent uint64 `json:"resent"`
+	// Up is how many of the peer's connections are up; Connects counts the
+	// connections that completed their handshake, Reconnects those of them
+	// that replaced one that broke, DialFailures the attempts that failed
+	// before a connection was made.
+	Up           int    `json:"up"`
+	Connects     uint64 `json:"connects"`
+	Reconnects   uint64 `json:"reconnects"`
+	DialFailures uint64 `json:"dial_failures"`
+	// Traffic sums the counters of the peer's connections, open and
+	// closed.
+	Traffic ConnStats `json:"traffic"`
 }
 
 func (p *Peer) stats() PeerStats {
-	return PeerStats{
-		Addr:        p.addr,
-		Channels:    int(p.nchannels.Load()),
-		WindowBytes: p.charged.Load(),
-		IdleBytes:   p.idle.Load(),
-		Budget:      p.node.o.peerBudget,
+	s := PeerStats{
+		Addr:         p.addr,
+		Channels:     int(p.nchannels.Load()),
+		WindowBytes:  p.charged.Load(),
+		IdleBytes:    p.idle.Load(),
+		Budget:       p.node.o.peerBudget,
+		Blocked:      time.Duration(p.blocked.Load()),
+		Resent:       p.resent.Load(),
+		Connects:     p.connects.Load(),
+		Reconnects:   p.reconnects.Load(),
+		DialFailures: p.dialFailures.Load(),
 	}
+	p.mu.Lock()
+	s.Traffic = p.mu.gone
+	s.Traffic.Flushes = maps.Clone(p.mu.gone.Flushes)
+	for _, c := range p.mu.conns {
+		if c != nil {
+			s.Up++
+			s.Traffic.add(c.snapshot())
+		}
+	}
+	p.mu.Unlock()
+	s.Traffic.Remote, s.Traffic.Dialed = p.addr, true
+	return s
 }
 
 // Totals sums the counters of all connections, open and closed.
@@ -223,6 +264,8 @@ func (ch *channel) stats() ChannelStats {
 	s := ChannelStats{
 		Channel:  ch.key,
 		Name:     ch.key.String(),
+		Peer:     ch.peer.addr,
+		Blocked:  time.Duration(ch.blocked.Load()),
 		Sent:     ch.mu.sent,
 		Bytes:    ch.mu.bytes,
 		Resent:   ch.mu.resent,

@@ -456,6 +456,7 @@ func (r *agentRun) run(ctx context.Context, ctlLocal net.Addr) error {
 		return err
 	}
 	r.srv.node = r.node
+	defer metricsHub.addNode(r.node, "agent")()
 	r.node.HandleAll(r.srv.handler)
 	r.startHeartbeat()
 	if err := r.cc.send(ctlMsg{Type: msgReady, Ready: &agentReady{
@@ -660,7 +661,11 @@ func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	dataListen := fs.String("data-listen", "", "data address to receive on (default: the address the coordinator reached, any port)")
 	var sec nodeFlags
 	sec.register(fs)
+	sec.registerMetrics(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := sec.startMetrics(ctx, stderr); err != nil {
 		return err
 	}
 	opts, err := sec.options()

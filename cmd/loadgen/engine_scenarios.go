@@ -143,6 +143,7 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	if err != nil {
 		return nil, 0, err
 	}
+	defer metricsHub.add(c)()
 	*prog = bench.NewProgress(stderr, c.Processed(), rec)
 	start := time.Now()
 	(*prog).Start()

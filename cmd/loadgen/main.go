@@ -9,6 +9,7 @@
 //	loadgen send [flags]         send to a loadgen serve and wait until it confirms everything
 //	loadgen agent [flags]        run parts of a scenario for loadgen coordinate
 //	loadgen coordinate [flags]   run a scenario across hosts on agents and merge their reports
+//	loadgen stat --node ADDR     show a live table of the counters a --metrics ADDR endpoint serves
 //
 // Each command's -h lists its flags.
 package main
@@ -34,6 +35,7 @@ Usage:
   loadgen send  [flags]   send to a 'loadgen serve' and wait until it confirms everything
   loadgen agent [flags]   run parts of a scenario for a 'loadgen coordinate' on another host
   loadgen coordinate --agents A,B [flags]   run a scenario across hosts on agents, merge their reports
+  loadgen stat  --node ADDR   a live table of the counters a run, serve, send or agent with --metrics ADDR serves
   loadgen node  [flags]   a worker process of a multi-process engine run (started by 'run --nodes N')
 
 Run 'loadgen <command> -h' for the flags of a command.
@@ -86,6 +88,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return agentCmd(ctx, args[1:], stdout, stderr)
 	case "coordinate":
 		return coordinateCmd(ctx, args[1:], stdout, stderr)
+	case "stat":
+		return statCmd(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -44,6 +44,7 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	scenario := fs.String("scenario", "pipeline", "scenario to run: pipeline, transport or wordcount")
 	var sec nodeFlags
 	sec.register(fs)
+	sec.registerMetrics(fs)
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
 	memProfile := fs.String("memprofile", "", "write a heap profile to this file when the run ends (go tool pprof reads it)")
 	var out outputFlags
@@ -57,6 +58,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
+	}
+	if err := sec.startMetrics(ctx, stderr); err != nil {
+		return err
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)

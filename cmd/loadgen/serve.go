@@ -180,7 +180,11 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	consume := fs.Float64("consume-rate", 0, "messages per second consumed at most; 0: no limit")
 	var sec nodeFlags
 	sec.register(fs)
+	sec.registerMetrics(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := sec.startMetrics(ctx, stderr); err != nil {
 		return err
 	}
 	secOpts, err := sec.options()
@@ -196,6 +200,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	s.node = node
+	defer metricsHub.addNode(node, "serve")()
 	node.HandleAll(s.handler)
 	fmt.Fprintf(stderr, "loadgen serve: listening on %s\n", node.Addr())
 	prog := bench.NewProgress(stderr, &s.delivered, s.rec)
@@ -220,7 +225,11 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	tc.register(fs)
 	var sec nodeFlags
 	sec.register(fs)
+	sec.registerMetrics(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := sec.startMetrics(ctx, stderr); err != nil {
 		return err
 	}
 	secOpts, err := sec.options()
@@ -250,6 +259,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer node.Abort()
+	defer metricsHub.addNode(node, "send")()
 	answer := make(chan findings, 1)
 	if err := node.Handle(replyTarget, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
 		for _, m := range msgs {
@@ -373,6 +383,13 @@ type nodeFlags struct {
 	tls          bool
 	socketBuffer int
 	peerBudget   int
+	metrics      string // --metrics, for the commands that registerMetrics
+}
+
+// registerMetrics adds --metrics, for the commands whose nodes it serves
+// (not passed on to child processes, which would all want its port).
+func (s *nodeFlags) registerMetrics(fs *flag.FlagSet) {
+	fs.StringVar(&s.metrics, "metrics", "", "serve this process's counters on ADDR (host:port) at /metrics, in the Prometheus text format, and Go's profiles at /debug/pprof/; 'loadgen stat --node ADDR' shows them live")
 }
 
 func (s *nodeFlags) register(fs *flag.FlagSet) {

@@ -221,6 +221,8 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 		return nil, nil, err
 	}
 	defer tx.Abort()
+	defer metricsHub.addNode(rx, "rx")()
+	defer metricsHub.addNode(tx, "tx")()
 
 	rec := bench.NewRecorder()
 	chk := &checker{chans: make([]chanCheck, cfg.channels)}

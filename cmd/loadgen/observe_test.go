@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMetricsEndpointAndStatWatchARun runs the transport scenario with
+// --metrics on a free port and, while it runs, reads the endpoint with
+// 'loadgen stat': its second table shows the sending node's peer moving
+// messages, and the endpoint serves Go's profiles too.
+func TestMetricsEndpointAndStatWatchARun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	log := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"run", "--scenario", "transport", "--duration", "3s", "--rate", "0", "--channels", "4",
+			"--metrics", "127.0.0.1:0", "--out", filepath.Join(t.TempDir(), "out")}, io.Discard, log)
+	}()
+	log.waitFor(t, "/metrics, profiles")
+	addr := regexp.MustCompile(`metrics at http://([^/]+)/metrics`).FindStringSubmatch(log.String())
+	if addr == nil {
+		t.Fatalf("no metrics address in the log:\n%s", log.String())
+	}
+	// Until the nodes and the peer are up and counted in both of stat's
+	// tables (the run takes a moment to start them).
+	rowRE := regexp.MustCompile(`(?m)^\s*127\.0\.0\.1:\d+\s+1\s+(\d+(?:\.\d)?)\s`)
+	var second string
+	for {
+		var out strings.Builder
+		if err := run(ctx, []string{"stat", "--node", addr[1], "--count", "2", "--interval", "300ms"}, &out, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		tables := strings.Split(out.String(), "sluice stat")
+		if len(tables) != 3 {
+			t.Fatalf("stat printed %d tables, want 2:\n%s", len(tables)-1, out.String())
+		}
+		second = tables[2]
+		// The tx node's one peer: a row of its address and its msgs/s.
+		if row := rowRE.FindStringSubmatch(second); row != nil && strings.Trim(row[1], "0.") != "" {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the run ended (%v) before stat saw its peer move messages; stat's last table:\n%s", err, second)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if !strings.Contains(second, "rx:") || !strings.Contains(second, "tx:") || !strings.Contains(second, "blocked ms/s") {
+		t.Errorf("stat's table lacks a node or the back-pressure column:\n%s", second)
+	}
+	resp, err := http.Get("http://" + addr[1] + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/debug/pprof/: %s", resp.Status)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

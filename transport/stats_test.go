@@ -1,0 +1,105 @@
+package transport
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/window"
+)
+
+// TestPeerStatsCountResendsReconnectsAndTraffic sends through dropped data
+// and connection resets: the peer's counters say what happened, and its
+// traffic, summed over its connections open and closed, is what the node
+// counted over all of its own.
+func TestPeerStatsCountResendsReconnectsAndTraffic(t *testing.T) {
+	f := Faults{Drop: 0.05, Reset: 20 * time.Millisecond, Seed: 5}
+	rx, tx, p := newPair(t, nil, []Option{WithFaults(f), WithReconnectBackoff(time.Millisecond, 5*time.Millisecond)})
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	sendAll(t, ctxT(t, 60*time.Second), p, 4, 20000, 100)
+	col.check(t, 4*20000)
+
+	st, chans := tx.Stats(), tx.ChannelStats()
+	ps := peerStats(t, tx)
+	if st.Faults.DataDropped == 0 || st.Faults.Resets == 0 {
+		t.Fatalf("faults injected %+v: want drops and resets, or the test proves nothing", st.Faults)
+	}
+	var resent uint64
+	for _, c := range chans {
+		resent += c.Resent
+		if c.Peer != p.Addr() {
+			t.Errorf("channel %s names peer %q, want %q", c.Name, c.Peer, p.Addr())
+		}
+	}
+	if ps.Resent == 0 || ps.Resent != resent {
+		t.Errorf("peer counts %d messages re-sent, its channels %d; want the same, above 0", ps.Resent, resent)
+	}
+	// Every injected reset breaks the connection, which the peer redials;
+	// the last one may still be on its way back.
+	if ps.Reconnects == 0 || ps.Reconnects > st.Faults.Resets || ps.Connects != ps.Reconnects+1 {
+		t.Errorf("connects %d, reconnects %d after %d resets", ps.Connects, ps.Reconnects, st.Faults.Resets)
+	}
+	// tx only dials, so all its connections are the peer's.
+	if tot := tx.Stats().Totals(); ps.Traffic.MessagesOut != tot.MessagesOut || ps.Traffic.WireOut != tot.WireOut ||
+		ps.Traffic.Batches != tot.Batches {
+		t.Errorf("peer traffic %d msgs, %d bytes, %d batches; the node's %d, %d, %d",
+			ps.Traffic.MessagesOut, ps.Traffic.WireOut, ps.Traffic.Batches, tot.MessagesOut, tot.WireOut, tot.Batches)
+	}
+	if ps.Traffic.MessagesOut < 4*20000+ps.Resent {
+		t.Errorf("peer wrote %d messages, fewer than the %d sent and %d re-sent", ps.Traffic.MessagesOut, 4*20000, ps.Resent)
+	}
+}
+
+// TestBlockedCountsTheTimeSendersWaitForCredit holds a receiver's handler
+// while a sender with a full window sends once more: that Send waits until
+// the handler lets go, and the channel and the peer count the wait.
+func TestBlockedCountsTheTimeSendersWaitForCredit(t *testing.T) {
+	rx, tx, p := newPair(t, nil, []Option{WithWindow(16, window.DefaultConfig().MaxBytes)})
+	g := newGate(t)
+	rx.HandleAll(g.handler)
+	ctx := ctxT(t, 20*time.Second)
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent uint64
+	for ; ; sent++ {
+		err := s.TrySend(0, payload(sent, 100))
+		if errors.Is(err, ErrNoCredit) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b := s.Stats().Blocked; b != 0 {
+		t.Fatalf("blocked %v before any Send waited", b)
+	}
+	started := make(chan time.Time)
+	done := make(chan error)
+	go func() {
+		started <- time.Now()
+		done <- s.Send(ctx, 0, payload(sent, 100))
+	}()
+	t0 := <-started
+	time.Sleep(30 * time.Millisecond)
+	held := time.Since(t0) // Send cannot have returned: no credit until release
+	g.release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	total := time.Since(t0)
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.col.check(t, int64(sent+1))
+	cb, pb := s.Stats().Blocked, peerStats(t, tx).Blocked
+	if cb < held/2 || cb > total {
+		t.Errorf("channel blocked %v; Send waited at least %v and at most %v", cb, held, total)
+	}
+	if pb < cb {
+		t.Errorf("peer blocked %v, less than its channel's %v", pb, cb)
+	}
+}
