@@ -93,10 +93,8 @@ type conn struct {
 		policy  *batch.Policy
 		comp    *batch.Compressor
 		ctrl    []byte // control frames queued before this batch
-		opens   []byte
-		data    []byte
+		b       outBatch
 		cdata   []byte // compressed DATA frame
-		reqs    []byte
 		iov     [][]byte
 		requeue []*channel // channels with more to send after this batch
 	}
@@ -676,28 +674,20 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 	c.mu.ctrl = c.mu.ctrl[:0]
 	c.mu.Unlock()
 
-	o.opens = o.opens[:0]
-	o.reqs = o.reqs[:0]
-	var start int
-	o.data, start = wire.BeginFrame(o.data[:0], wire.FrameData, 0)
-	empty := len(o.data)
-	limit := start + wire.HeaderLen + c.node.o.batch.MaxBatchBytes
+	b := &o.b
+	b.begin(c.node.o.batch.MaxBatchBytes)
 	requeue := o.requeue[:0]
-	var msgs int
-	for len(o.data) < limit {
+	for b.room() > 0 {
 		ch := c.popReady()
 		if ch == nil {
 			break
 		}
-		n, more, full := ch.fill(c, now, limit)
-		msgs += n
-		if more {
-			requeue = append(requeue, ch)
-		}
-		if full {
+		if ch.fill(c, b, now) {
+			requeue = append(requeue, ch) // it has more: the batch is full
 			break
 		}
 	}
+	c.pending.Add(-int64(b.bytes))
 	c.mu.Lock()
 	c.addReadyLocked(requeue...)
 	drained := c.mu.readyHead == len(c.mu.ready)
@@ -716,13 +706,13 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 	if len(o.ctrl) > 0 {
 		iov = append(iov, o.ctrl)
 	}
-	if len(o.opens) > 0 {
-		iov = append(iov, o.opens)
+	if len(b.opens) > 0 {
+		iov = append(iov, b.opens)
 	}
-	if len(o.data) > empty {
-		frame := wire.FinishFrame(o.data, start)
+	if !b.empty() {
+		frame := b.finish()
 		if c.compress && o.comp != nil {
-			body := frame[start+wire.HeaderLen:]
+			body := frame[wire.HeaderLen:]
 			var cstart int
 			o.cdata, cstart = wire.BeginFrame(o.cdata[:0], wire.FrameData, wire.DataCompressed)
 			if out, ok := o.comp.Compress(o.cdata, body); ok {
@@ -731,10 +721,10 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 			}
 		}
 		iov = append(iov, frame)
-		c.stats.msgsOut.Add(uint64(msgs))
+		c.stats.msgsOut.Add(uint64(b.msgs))
 	}
-	if len(o.reqs) > 0 {
-		iov = append(iov, o.reqs)
+	if len(b.reqs) > 0 {
+		iov = append(iov, b.reqs)
 	}
 	o.iov = iov
 	total := 0
@@ -765,6 +755,37 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 	c.stats.batches.Add(1)
 	c.stats.flushes[cause].Add(1)
 	return total
+}
+
+// outBatch is the batch a connection builds: its OPEN frames, one DATA
+// frame of runs, its ACKREQUEST frames. Channels fill it (channel.fill)
+// knowing only how much room is left and whether it is empty, as quic-go's
+// framer pulls frames from its streams; it knows nothing of windows.
+type outBatch struct {
+	opens, data, reqs []byte
+	limit             int // the DATA frame may grow to this length
+	msgs, bytes       int // messages and payload bytes in it
+}
+
+// begin starts an empty batch whose DATA body may take maxBody bytes.
+func (b *outBatch) begin(maxBody int) {
+	b.opens, b.reqs = b.opens[:0], b.reqs[:0]
+	b.data, _ = wire.BeginFrame(b.data[:0], wire.FrameData, 0)
+	b.limit = wire.HeaderLen + maxBody
+	b.msgs, b.bytes = 0, 0
+}
+
+// room is how many more bytes the DATA body may take.
+func (b *outBatch) room() int { return b.limit - len(b.data) }
+
+// empty reports whether the DATA frame has no run yet: the next run may
+// then be larger than room (a message larger than a batch goes alone).
+func (b *outBatch) empty() bool { return len(b.data) == wire.HeaderLen }
+
+// finish completes the DATA frame and returns it.
+func (b *outBatch) finish() []byte {
+	b.data = wire.FinishFrame(b.data, 0)
+	return b.data
 }
 
 // writeDirect writes iov (total bytes) to the socket from a sender's

@@ -144,9 +144,9 @@ func (p *Peer) reclaimIdle(need int64) bool {
 		if !ch.mu.TryLock() {
 			continue
 		}
-		win := ch.mu.win
-		if !ch.mu.closed && (ch.mu.idle != 0 || deep && win.Acked() == win.NextSeq()) {
-			released += int64(win.Trim())
+		src := ch.mu.src
+		if !ch.mu.closed && (ch.mu.idle != 0 || deep && src.Drained()) {
+			released += int64(src.Trim())
 			p.idle.Add(-ch.mu.idle)
 			ch.mu.idle = 0
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport/internal/handshake"
 	"github.com/sluicehq/sluice/wire"
 )
@@ -35,6 +36,12 @@ var (
 	// ErrHandshake means the peer sent a frame other than AUTH or GOAWAY
 	// before authentication completed.
 	ErrHandshake = handshake.ErrUnexpected
+	// ErrInvalidAck means the receiver acknowledged messages this channel
+	// never sent, or asked it to resume before what it had acknowledged:
+	// the two sides cannot agree, so the channel is closed (and its
+	// messages not yet acknowledged dropped). It comes wrapped in a
+	// [ChannelError].
+	ErrInvalidAck = errors.New("transport: the receiver's ack contradicts what was sent")
 	// ErrBadKey means a key given to [WithKey] is unusable (too short).
 	ErrBadKey = errors.New("transport: bad key")
 )
@@ -53,6 +60,19 @@ func (e *ConnError) Error() string {
 }
 
 func (e *ConnError) Unwrap() error { return e.Err }
+
+// ChannelError is why a channel was closed by the transport rather than by
+// [Sender.Close]; its senders return it from then on.
+type ChannelError struct {
+	Channel taskid.Channel
+	Err     error
+}
+
+func (e *ChannelError) Error() string {
+	return fmt.Sprintf("transport: channel %v closed: %v", e.Channel, e.Err)
+}
+
+func (e *ChannelError) Unwrap() error { return e.Err }
 
 // GoAwayError is a GOAWAY received from a peer.
 type GoAwayError struct{ wire.GoAway }

@@ -217,6 +217,7 @@ func (p *Peer) detach(c *conn) {
 		if ch.mu.conn == c {
 			ch.mu.conn = nil
 			ch.mu.queued = false
+			ch.mu.src.Detach()
 		}
 		ch.mu.Unlock()
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/lossdetect"
 	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/transport/internal/flow"
 	"github.com/sluicehq/sluice/window"
 	"github.com/sluicehq/sluice/wire"
 )
@@ -19,8 +20,9 @@ import (
 // goroutine per channel keeps messages in the order the engine means.
 type Sender struct{ ch *channel }
 
-// channel is the source side of one channel: its window of retained
-// messages, its loss tracker, and where it is on the wire.
+// channel is the source side of one channel: its state machine (flow.Source:
+// the window of retained messages and the loss tracker), and where it is on
+// the wire.
 type channel struct {
 	peer *Peer
 	key  taskid.Channel
@@ -31,20 +33,17 @@ type channel struct {
 
 	mu struct {
 		sync.Mutex
-		sent, resent, bytes uint64
+		src *flow.Source
 		// idle is the window's footprint, counted in the peer's idle
 		// memory, while the window is empty; 0 while it retains messages.
-		idle     int64
-		win      *window.Sender
-		trk      *lossdetect.Tracker
-		conn     *conn  // the connection carrying it, nil while down
-		num      uint32 // its number on conn
-		needOpen bool   // an OPEN must precede its next data
-		queued   bool   // in conn's ready list
-		direct   *conn  // a conn the pusher is to write to itself once it unlocks (see conn.enqueue)
-		opened   bool   // was ever open on a connection
-		timerAt  int64  // when the node's timer will next call tick, 0: never
-		closed   bool
+		idle    int64
+		conn    *conn  // the connection carrying it, nil while down
+		num     uint32 // its number on conn
+		queued  bool   // in conn's ready list
+		direct  *conn  // a conn the pusher is to write to itself once it unlocks (see conn.enqueue)
+		timerAt int64  // when the node's timer will next call tick, 0: never
+		closed  bool
+		err     error // why it was closed, if not by Close (a *ChannelError)
 	}
 	// wakeAt mirrors mu.timerAt for the timer goroutine, which skips, without
 	// taking mu, the deadlines a channel no longer wants (most of them with
@@ -55,8 +54,7 @@ type channel struct {
 
 func newChannel(p *Peer, key taskid.Channel, slot int) *channel {
 	ch := &channel{peer: p, key: key, slot: slot}
-	ch.mu.win = window.NewSender(p.node.o.window, 0)
-	ch.mu.win.UsePool(p.rings)
+	ch.mu.src = flow.New(p.node.o.window, p.node.o.loss, key.Epoch, p.rings)
 	return ch
 }
 
@@ -80,21 +78,12 @@ func (ch *channel) attachLocked(c *conn) {
 		return
 	}
 	now := ch.peer.node.now()
-	if ch.mu.trk == nil {
-		ch.mu.trk = lossdetect.NewTracker(ch.peer.node.o.loss, ch.mu.win, ch.key.Epoch, true)
-	} else {
-		ch.mu.trk.Reopen(now)
-	}
+	ch.mu.src.Attach(now)
 	ch.mu.conn, ch.mu.num = c, num
-	ch.mu.needOpen, ch.mu.opened = true, true
 	ch.mu.queued = true
-	c.enqueue(ch, ch.unsentBytesLocked(), false)
+	_, retained := ch.mu.src.Retained()
+	c.enqueue(ch, retained, false) // a re-opened channel sends them again
 	ch.scheduleLocked(now)
-}
-
-func (ch *channel) unsentBytesLocked() int {
-	_, b := ch.mu.win.Retained()
-	return b
 }
 
 // Channel is the channel this sender sends on.
@@ -144,15 +133,15 @@ func (ch *channel) unlockAndWrite() {
 // connection will send it.
 func (ch *channel) pushLocked(ts int64, payload []byte) error {
 	if ch.mu.closed {
-		return ch.closedErr()
+		return ch.closedErrLocked()
 	}
 	if max := ch.peer.node.o.window.MaxBytes; len(payload) > max {
 		return fmt.Errorf("%w: %d bytes, the window holds %d", ErrTooLarge, len(payload), max)
 	}
-	win := ch.mu.win
-	cost, ok := win.PushCost(len(payload))
+	src := ch.mu.src
+	cost, ok := src.PushCost(len(payload))
 	if !ok {
-		if _, err := win.Push(ts, payload); !errors.Is(err, window.ErrNoCredit) {
+		if err := src.Push(ts, payload); !errors.Is(err, window.ErrNoCredit) {
 			return err // Push refuses what PushCost refused, and says why
 		}
 		return ErrNoCredit
@@ -160,20 +149,18 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 	if cost > 0 && !ch.peer.charge(int64(cost)) {
 		return ErrNoCredit
 	}
-	if _, err := win.Push(ts, payload); err != nil {
+	if err := src.Push(ts, payload); err != nil {
 		return err // not reached: PushCost said it fits
 	}
 	if ch.mu.idle != 0 {
 		ch.peer.idle.Add(-ch.mu.idle)
 		ch.mu.idle = 0
 	}
-	ch.mu.sent++
-	ch.mu.bytes += uint64(len(payload))
-	if c := ch.mu.conn; c != nil && !ch.mu.queued && ch.mu.trk.CanSend() {
+	if c := ch.mu.conn; c != nil && !ch.mu.queued && src.Ready() {
 		ch.mu.queued = true
 		// A channel with many messages unacknowledged is streaming: its
 		// batches are the loop's to gather, not one message per write.
-		inflight, _ := ch.mu.win.Retained()
+		inflight, _ := src.Retained()
 		if c.enqueue(ch, len(payload), inflight <= directMaxUnacked) {
 			ch.mu.direct = c
 		}
@@ -217,7 +204,12 @@ func (s *Sender) TrySendRun(msgs []Message) (int, error) {
 	return len(msgs), nil
 }
 
-func (ch *channel) closedErr() error {
+// closedErrLocked is why a closed channel refuses messages: its own fault,
+// the peer's refusal of this node, or ErrClosed. The caller holds ch.mu.
+func (ch *channel) closedErrLocked() error {
+	if ch.mu.err != nil {
+		return ch.mu.err
+	}
 	if err := ch.peer.Err(); err != nil {
 		return err
 	}
@@ -231,7 +223,7 @@ func (ch *channel) waitCredit(ctx context.Context, size int) error {
 	defer ch.credit.done()
 	defer p.budget.done()
 	ch.mu.Lock()
-	cost, ok := ch.mu.win.PushCost(size)
+	cost, ok := ch.mu.src.PushCost(size)
 	budgetShort := ok && cost > 0 && !p.fits(int64(cost))
 	ok = ch.mu.closed || (ok && !budgetShort)
 	ch.mu.Unlock()
@@ -272,16 +264,19 @@ func (s *Sender) Flush(ctx context.Context) error {
 	for {
 		w := ch.peer.drained.wait()
 		ch.mu.Lock()
-		closed := ch.mu.closed
-		done := ch.mu.win.Acked() == ch.mu.win.NextSeq()
+		done := ch.mu.src.Drained()
+		var err error
+		if ch.mu.closed {
+			err = ch.closedErrLocked()
+		}
 		ch.mu.Unlock()
 		if done {
 			ch.peer.drained.done()
 			return nil
 		}
-		if closed {
+		if err != nil {
 			ch.peer.drained.done()
-			return ch.closedErr()
+			return err
 		}
 		select {
 		case <-w:
@@ -324,7 +319,7 @@ func (ch *channel) shut() {
 		return
 	}
 	ch.mu.closed = true
-	ch.peer.charged.Add(-int64(ch.mu.win.Footprint()))
+	ch.peer.charged.Add(-int64(ch.mu.src.Footprint()))
 	ch.peer.idle.Add(-ch.mu.idle)
 	ch.mu.idle = 0
 	ch.mu.conn = nil
@@ -335,127 +330,81 @@ func (ch *channel) shut() {
 	ch.peer.drained.broadcast()
 }
 
-// fill appends the channel's unsent messages that fit below limit to c's
-// batch as one run, and its OPEN and AckRequest frames to theirs. It runs on
-// c's loop. It returns the messages taken, whether the channel has more to
-// send, and whether the batch is full.
-func (ch *channel) fill(c *conn, now int64, limit int) (n int, more, full bool) {
+// fail closes the channel because the receiver broke its protocol: its
+// senders get err from now on, as after Close.
+func (ch *channel) fail(err error) {
+	ch.mu.Lock()
+	if ch.mu.err == nil && !ch.mu.closed {
+		ch.mu.err = err
+	}
+	ch.mu.Unlock()
+	ch.peer.node.log.Warn("sluice: channel closed", "channel", ch.key.String(), "peer", ch.peer.addr, "err", err)
+	_ = (&Sender{ch: ch}).Close()
+}
+
+// fill appends the channel's run of unsent messages that fits to c's batch
+// b, with its OPEN and ACKREQUEST frames. It runs on c's loop. It reports
+// whether the channel has more to send, in which case the batch is full.
+func (ch *channel) fill(c *conn, b *outBatch, now int64) (more bool) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	if ch.mu.conn != c || ch.mu.closed {
-		return 0, false, false
+		return false
 	}
-	ch.mu.queued = false
-	o := &c.out
-	if ch.mu.needOpen {
-		// The tracker hands out the OPEN (and anything else due) on Tick.
-		ch.mu.needOpen = false
-		for {
-			req, ok := ch.mu.trk.Tick(now)
-			if !ok {
-				break
-			}
-			if req.Open {
-				o.opens = ch.appendOpen(o.opens, req)
-			} else {
-				o.reqs = ch.appendAckRequest(o.reqs, req)
-			}
+	var n, bytes int
+	var e flow.Effects
+	b.data, n, bytes, more, e = ch.mu.src.Fill(now, b.data, ch.mu.num, b.room(), b.empty())
+	b.msgs += n
+	b.bytes += bytes
+	if e.Resent > 0 {
+		ch.peer.resent.Add(uint64(e.Resent))
+	}
+	for _, req := range e.Requests {
+		if req.Open {
+			b.opens = ch.appendOpen(b.opens, req)
+		} else {
+			b.reqs = ch.appendAckRequest(b.reqs, req)
 		}
 	}
-	win, trk := ch.mu.win, ch.mu.trk
-	if !trk.CanSend() {
-		return 0, false, false
+	if n > 0 || len(e.Requests) > 0 {
+		ch.scheduleLocked(now)
 	}
-	unsent := win.Unsent()
-	if unsent == 0 {
-		return 0, false, false
-	}
-	first := win.NextToSend()
-	baseTs, _ := win.Message(first)
-	room := limit - len(o.data)
-	h := wire.RunHeader{Channel: ch.mu.num, FirstSeq: first, Count: unsent, BaseTs: baseTs}
-	used := wire.RunHeaderLen(h)
-	prev := baseTs
-	batchEmpty := len(o.data) == wire.HeaderLen || room == c.node.o.batch.MaxBatchBytes
-	for n < unsent {
-		ts, p := win.Message(first + uint64(n))
-		ml := wire.MessageLen(prev, ts, len(p))
-		if used+ml > room && (n > 0 || !batchEmpty) {
-			break
-		}
-		used += ml
-		prev = ts
-		n++
-	}
-	if n == 0 {
-		ch.mu.queued = true
-		return 0, true, true
-	}
-	if first < win.SentHigh() {
-		// Messages sent before and rewound by a loss: count those of them
-		// in this run.
-		r := min(win.SentHigh()-first, uint64(n))
-		ch.mu.resent += r
-		ch.peer.resent.Add(r)
-	}
-	h.Count = n
-	o.data = wire.AppendRunHeader(o.data, h)
-	prev = baseTs
-	var bytes int
-	for i := range n {
-		ts, p := win.Message(first + uint64(i))
-		o.data = wire.AppendMessage(o.data, prev, ts, p)
-		prev = ts
-		bytes += len(p)
-	}
-	c.pending.Add(-int64(bytes))
-	through := first + uint64(n)
-	_ = win.MarkSent(through)
-	if req, ok := trk.OnSent(now, through); ok {
-		o.reqs = ch.appendAckRequest(o.reqs, req)
-	}
-	more = n < unsent
-	if !more {
-		// Drained: ask for the tail's ack now rather than on the quiet
-		// timer (a channel that sends now and then needs no timer).
-		if req, ok := trk.OnDrained(now); ok {
-			o.reqs = ch.appendAckRequest(o.reqs, req)
-		}
-	}
-	ch.scheduleLocked(now)
 	ch.mu.queued = more
-	return n, more, more
+	return more
 }
 
 // onAck applies an ACK from the receiver. It runs on c's loop.
 func (ch *channel) onAck(c *conn, a wire.Ack) {
 	now := ch.peer.node.now()
 	ch.mu.Lock()
-	if ch.mu.conn != c || ch.mu.closed || ch.mu.trk == nil {
+	if ch.mu.conn != c || ch.mu.closed {
 		ch.mu.Unlock()
 		return
 	}
-	win := ch.mu.win
-	acked, fp := win.Acked(), win.Footprint()
-	ch.mu.trk.OnAck(now, lossdetect.Ack{
+	src := ch.mu.src
+	e := src.OnAck(now, lossdetect.Ack{
 		Open: a.Flags&wire.AckOpen != 0, Epoch: a.Epoch, ReqSeq: a.ReqSeq, Count: a.Count, Next: a.Next,
 	})
-	freed := win.Acked() != acked
-	drained := win.Acked() == win.NextSeq()
-	if released := fp - win.Footprint(); released > 0 {
-		ch.peer.charged.Add(-int64(released))
+	if e.Invalid {
+		ch.mu.Unlock()
+		ch.fail(&ChannelError{Channel: ch.key, Err: fmt.Errorf("%w: next %d, request %d", ErrInvalidAck, a.Next, a.ReqSeq)})
+		return
 	}
-	if drained && freed && win.Footprint() > ch.peer.share() {
-		ch.mu.idle = int64(win.Footprint())
+	if e.Released > 0 {
+		ch.peer.charged.Add(-int64(e.Released))
+	}
+	drained := src.Drained()
+	if drained && e.Freed > 0 && src.Footprint() > ch.peer.share() {
+		ch.mu.idle = int64(src.Footprint())
 		ch.peer.idle.Add(ch.mu.idle)
 	}
-	if !ch.mu.queued && ch.mu.trk.CanSend() && ch.mu.win.Unsent() > 0 {
+	if !ch.mu.queued && src.Ready() {
 		ch.mu.queued = true
 		c.enqueue(ch, 0, false)
 	}
 	ch.scheduleLocked(now)
 	ch.mu.Unlock()
-	if freed {
+	if e.Freed > 0 {
 		// Credit grew on this channel, and perhaps the peer's budget:
 		// wake the channel's senders and anyone waiting for any credit.
 		ch.peer.budget.broadcast()
@@ -469,10 +418,7 @@ func (ch *channel) onAck(c *conn, a wire.Ack) {
 // scheduleLocked makes sure the node's timer calls tick by the tracker's
 // next deadline.
 func (ch *channel) scheduleLocked(now int64) {
-	if ch.mu.trk == nil || ch.mu.needOpen {
-		return // fill sends the OPEN and calls Tick first
-	}
-	at, ok := ch.mu.trk.NextDeadline()
+	at, ok := ch.mu.src.NextDeadline() // none while the OPEN waits for fill
 	if !ok {
 		if ch.mu.timerAt != 0 {
 			ch.mu.timerAt = 0 // the pending wake-up is not needed
@@ -494,20 +440,15 @@ func (ch *channel) tick(now int64) {
 	ch.mu.Lock()
 	ch.mu.timerAt = 0
 	ch.wakeAt.Store(0)
-	if ch.mu.closed || ch.mu.trk == nil {
+	if ch.mu.closed {
 		ch.mu.Unlock()
 		return
 	}
 	c, num := ch.mu.conn, ch.mu.num
+	var buf [4]lossdetect.AckRequest
 	var reqs []lossdetect.AckRequest
-	if c != nil && !ch.mu.needOpen {
-		for {
-			req, ok := ch.mu.trk.Tick(now)
-			if !ok {
-				break
-			}
-			reqs = append(reqs, req)
-		}
+	if c != nil {
+		reqs = append(buf[:0], ch.mu.src.Tick(now).Requests...)
 	}
 	ch.scheduleLocked(now)
 	ch.mu.Unlock()

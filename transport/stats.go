@@ -260,24 +260,24 @@ func (s Stats) Totals() ConnStats {
 
 func (ch *channel) stats() ChannelStats {
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
-	s := ChannelStats{
-		Channel:  ch.key,
-		Name:     ch.key.String(),
-		Peer:     ch.peer.addr,
-		Blocked:  time.Duration(ch.blocked.Load()),
-		Sent:     ch.mu.sent,
-		Bytes:    ch.mu.bytes,
-		Resent:   ch.mu.resent,
-		Attached: ch.mu.conn != nil,
+	f := ch.mu.src.Stats()
+	attached := ch.mu.conn != nil
+	ch.mu.Unlock()
+	return ChannelStats{
+		Channel:      ch.key,
+		Name:         ch.key.String(),
+		Peer:         ch.peer.addr,
+		Blocked:      time.Duration(ch.blocked.Load()),
+		Sent:         f.Sent,
+		Bytes:        f.Bytes,
+		Resent:       f.Resent,
+		Unacked:      f.Unacked,
+		Unsent:       f.Unsent,
+		UnackedBytes: f.UnackedBytes,
+		WindowBytes:  f.WindowBytes,
+		Tracker:      f.Tracker,
+		Attached:     attached,
 	}
-	s.Unacked, s.UnackedBytes = ch.mu.win.Retained()
-	s.Unsent = ch.mu.win.Unsent()
-	s.WindowBytes = ch.mu.win.Footprint()
-	if ch.mu.trk != nil {
-		s.Tracker = ch.mu.trk.Stats()
-	}
-	return s
 }
 
 // Stats returns the counters of this sender's channel.
