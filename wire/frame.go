@@ -1,10 +1,10 @@
 package wire
 
 import (
-	"encoding/binary"
-	"hash/crc32"
 	"math"
 	"strconv"
+
+	"github.com/sluicehq/sluice/internal/crcframe"
 )
 
 // FrameType is the first byte of a frame header.
@@ -64,9 +64,10 @@ const HeaderLen = 10
 // DefaultMaxFrame is the default limit on a frame's body length, 4 MiB.
 const DefaultMaxFrame = 4 << 20
 
-// castagnoli is built once; crc32 uses the CPU's CRC32 instruction for it
-// where there is one.
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+// frameLayout is where a frame header keeps the body length and its CRC,
+// which covers the body alone.
+var frameLayout = crcframe.Layout{HeaderLen: HeaderLen, LenAt: 2, CRCAt: 6,
+	CoverFrom: HeaderLen, CoverTo: HeaderLen, BigEndian: true}
 
 // Header is a decoded frame header.
 type Header struct {
@@ -88,8 +89,8 @@ func DecodeHeader(b []byte, maxBody int) (Header, error) {
 	h := Header{
 		Type:   FrameType(b[0]),
 		Flags:  b[1],
-		Length: binary.BigEndian.Uint32(b[2:6]),
-		CRC:    binary.BigEndian.Uint32(b[6:10]),
+		Length: uint32(frameLayout.BodyLen(b)),
+		CRC:    frameLayout.Stored(b),
 	}
 	if !h.Type.Known() {
 		return Header{}, frameErr(h.Type, -1, ErrUnknownFrame,
@@ -132,7 +133,7 @@ func DecodeFrame(b []byte, maxBody int) (Frame, int, error) {
 		return Frame{}, 0, ErrNeedMore
 	}
 	body := b[HeaderLen:end:end]
-	if sum := crc32.Checksum(body, castagnoli); sum != h.CRC {
+	if sum, ok := frameLayout.Check(b, body); !ok {
 		return Frame{}, 0, frameErr(h.Type, -1, ErrChecksum,
 			"the %d-byte body has CRC-32C 0x%08x, the header says 0x%08x (corrupted in transit, or a broken sender)", len(body), sum, h.CRC)
 	}
@@ -162,8 +163,7 @@ func FinishFrame(dst []byte, start int) []byte {
 	if uint64(len(body)) > math.MaxUint32 {
 		panic("wire: frame body of 4 GiB or more")
 	}
-	binary.BigEndian.PutUint32(dst[start+2:], uint32(len(body)))
-	binary.BigEndian.PutUint32(dst[start+6:], crc32.Checksum(body, castagnoli))
+	frameLayout.Seal(dst[start:start+HeaderLen], body)
 	return dst
 }
 

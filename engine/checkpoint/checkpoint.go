@@ -31,7 +31,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -41,6 +40,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/sluicehq/sluice/internal/crcframe"
 )
 
 const (
@@ -50,8 +51,10 @@ const (
 )
 
 var (
-	fileMagic  = [4]byte{'S', 'L', 'C', 'P'}
-	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	fileMagic = [4]byte{'S', 'L', 'C', 'P'}
+	// fileLayout is a file's framing: the state's length at 12, the CRC at
+	// 20, covering bytes 4..20 and the state.
+	fileLayout = crcframe.Layout{HeaderLen: headerLen, LenAt: 12, Len64: true, CRCAt: 20, CoverFrom: 4, CoverTo: 20}
 )
 
 // Errors returned by the store.
@@ -191,10 +194,7 @@ func (s *Store) writeTemp(path string, ts int64, state []byte) error {
 	var h [headerLen]byte
 	copy(h[0:4], fileMagic[:])
 	binary.LittleEndian.PutUint64(h[4:12], uint64(ts))
-	binary.LittleEndian.PutUint64(h[12:20], uint64(len(state)))
-	crc := crc32.Update(0, castagnoli, h[4:20])
-	crc = crc32.Update(crc, castagnoli, state)
-	binary.LittleEndian.PutUint32(h[20:24], crc)
+	fileLayout.Seal(h[:], state)
 	_, err = f.Write(h[:])
 	if err == nil {
 		_, err = f.Write(state)
@@ -367,17 +367,16 @@ func (s *Store) verify(path string, ts int64, sink func(n int64) io.Writer) erro
 	if got := int64(binary.LittleEndian.Uint64(h[4:12])); got != ts {
 		return corrupt(fmt.Sprintf("header timestamp %d does not match the name", got))
 	}
-	n := binary.LittleEndian.Uint64(h[12:20])
+	n := fileLayout.BodyLen(h[:])
 	if n != uint64(fi.Size()-headerLen) {
 		return corrupt(fmt.Sprintf("header claims %d bytes of state, file has %d", n, fi.Size()-headerLen))
 	}
-	crc := crc32.New(castagnoli)
-	crc.Write(h[4:20])
+	crc := fileLayout.Hash(h[:])
 	w := io.MultiWriter(crc, sink(int64(n)))
 	if _, err := io.CopyN(w, f, int64(n)); err != nil {
 		return fmt.Errorf("checkpoint: reading %s: %w", path, err)
 	}
-	if crc.Sum32() != binary.LittleEndian.Uint32(h[20:24]) {
+	if crc.Sum32() != fileLayout.Stored(h[:]) {
 		return corrupt("CRC mismatch")
 	}
 	return nil

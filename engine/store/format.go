@@ -4,8 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"math"
+
+	"github.com/sluicehq/sluice/internal/crcframe"
 )
 
 // The on-disk form of one record batch, the unit of atomicity of the log.
@@ -34,7 +35,9 @@ const (
 
 var (
 	batchMagic = [4]byte{'S', 'L', 'B', '1'}
-	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	// batchLayout is the framing of a batch: its length at 4, its CRC at
+	// 28, covering bytes 4..28 and the body.
+	batchLayout = crcframe.Layout{HeaderLen: headerLen, LenAt: 4, CRCAt: 28, CoverFrom: 4, CoverTo: 28}
 )
 
 // Errors returned by the log.
@@ -122,13 +125,10 @@ func appendBatch(dst []byte, recs []Record) ([]byte, error) {
 	}
 	h := dst[start : start+headerLen]
 	copy(h[0:4], batchMagic[:])
-	binary.LittleEndian.PutUint32(h[4:8], uint32(bodyLen))
 	binary.LittleEndian.PutUint32(h[8:12], uint32(len(recs)))
 	binary.LittleEndian.PutUint64(h[12:20], uint64(minTs))
 	binary.LittleEndian.PutUint64(h[20:28], uint64(maxTs))
-	crc := crc32.Update(0, castagnoli, h[4:28])
-	crc = crc32.Update(crc, castagnoli, dst[start+headerLen:])
-	binary.LittleEndian.PutUint32(h[28:32], crc)
+	batchLayout.Seal(h, dst[start+headerLen:])
 	return dst, nil
 }
 
@@ -146,7 +146,7 @@ func decodeHeader(h []byte) (header, error) {
 	if [4]byte(h[0:4]) != batchMagic {
 		return header{}, errBadMagic
 	}
-	bl := binary.LittleEndian.Uint32(h[4:8])
+	bl := batchLayout.BodyLen(h)
 	if bl > MaxBatchBytes {
 		return header{}, errBodyTooLong
 	}
@@ -155,7 +155,7 @@ func decodeHeader(h []byte) (header, error) {
 		count:   int(binary.LittleEndian.Uint32(h[8:12])),
 		minTs:   int64(binary.LittleEndian.Uint64(h[12:20])),
 		maxTs:   int64(binary.LittleEndian.Uint64(h[20:28])),
-		crc:     binary.LittleEndian.Uint32(h[28:32]),
+		crc:     batchLayout.Stored(h),
 	}
 	// Each record takes at least two bytes (two one-byte varints).
 	if hd.count == 0 || hd.count > hd.bodyLen/2 {
@@ -169,9 +169,7 @@ func decodeHeader(h []byte) (header, error) {
 
 // checkCRC verifies the batch checksum over the header h and body.
 func checkCRC(h []byte, hd header, body []byte) error {
-	crc := crc32.Update(0, castagnoli, h[4:28])
-	crc = crc32.Update(crc, castagnoli, body)
-	if crc != hd.crc {
+	if batchLayout.Sum(h, body) != hd.crc {
 		return errBadCRC
 	}
 	return nil
