@@ -59,9 +59,9 @@ type Source struct {
 	openPending bool // attached: the next Fill hands out the OPEN first
 	invalid     bool // an Invalid verdict: nothing more is sent
 
-	sent, bytes, resent uint64
-	lastResent          int                     // scratch of Effects.Resent
-	reqs                []lossdetect.AckRequest // scratch of Effects.Requests
+	bytes, resent uint64                  // payload bytes pushed; messages written again
+	lastResent    int                     // scratch of Effects.Resent
+	reqs          []lossdetect.AckRequest // scratch of Effects.Requests
 }
 
 // New returns the source side of a channel at epoch, with a window of wcfg
@@ -106,12 +106,11 @@ func (s *Source) PushCost(size int) (cost int, ok bool) { return s.win.PushCost(
 // window is full and window.ErrTooLarge when the payload can never fit; the
 // payload is copied.
 func (s *Source) Push(ts int64, payload []byte) error {
-	if _, err := s.win.Push(ts, payload); err != nil {
-		return err
+	_, err := s.win.Push(ts, payload)
+	if err == nil {
+		s.bytes += uint64(len(payload))
 	}
-	s.sent++
-	s.bytes += uint64(len(payload))
-	return nil
+	return err
 }
 
 // Ready reports whether the channel has messages to write and may write
@@ -254,7 +253,8 @@ func (s *Source) NextDeadline() (int64, bool) {
 
 // Stats returns the Source's counters.
 func (s *Source) Stats() Stats {
-	st := Stats{Sent: s.sent, Bytes: s.bytes, Resent: s.resent, Unsent: s.win.Unsent(), WindowBytes: s.win.Footprint()}
+	// The window numbers the messages from 0 (New), so NextSeq counts them.
+	st := Stats{Sent: s.win.NextSeq(), Bytes: s.bytes, Resent: s.resent, Unsent: s.win.Unsent(), WindowBytes: s.win.Footprint()}
 	st.Unacked, st.UnackedBytes = s.win.Retained()
 	if s.trk != nil {
 		st.Tracker = s.trk.Stats()

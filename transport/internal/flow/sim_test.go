@@ -140,6 +140,7 @@ type sim struct {
 	consuming bool
 	delivered int
 	verdict   bool // the Source said Invalid
+	resent    int  // the Resent effects of Fill, summed
 }
 
 func (s *sim) fail(format string, args ...any) {
@@ -221,6 +222,7 @@ func (s *sim) pump() {
 			}
 			s.sendRun(n)
 			s.send(e.Requests)
+			s.resent += e.Resent
 			if !more {
 				break
 			}
@@ -417,6 +419,9 @@ func TestSimulation(t *testing.T) {
 		}
 		if s.p.dropData > 0 && st.Tracker.Rewinds > 0 && st.Resent == 0 {
 			s.fail("%d rewinds and nothing counted as re-sent", st.Tracker.Rewinds)
+		}
+		if st.Resent != uint64(s.resent) {
+			s.fail("%d messages counted as re-sent, the Fill effects said %d", st.Resent, s.resent)
 		}
 		s.charged -= s.src.Trim()
 		s.checkCharge()
