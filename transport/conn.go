@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/batch"
@@ -55,7 +53,7 @@ type conn struct {
 	remoteID atomic.Uint64
 	compress bool // both sides offered compression; set at handshake
 
-	flushTask gnet.RunnableFunc
+	flushTask loopFunc
 
 	// wmu is held while an outgoing batch is built and written: by the
 	// loop, or by a sender writing directly (see [conn.enqueue]). The out
@@ -144,7 +142,7 @@ type connCounters struct {
 func newConn(n *Node, p *Peer, slot int) *conn {
 	c := &conn{node: n, peer: p, slot: slot, fd: -1, done: make(chan struct{})}
 	c.stream = n.connSeq.Add(1)
-	c.flushTask = func(context.Context) error { c.flush(); return nil }
+	c.flushTask = c.flush
 	c.in.table = taskid.NewTable(n.o.maxChannels)
 	c.out.policy = batch.New(n.o.batch)
 	if n.o.compress {
@@ -170,8 +168,8 @@ func (c *conn) opening() []byte { return c.hs.Start() }
 
 // handshake feeds the handshake machine the inbound bytes b. It returns how
 // many it consumed and whether the connection is open; on a fault it has
-// closed the connection and act says so.
-func (c *conn) handshake(b []byte) (off int, open bool, act gnet.Action) {
+// closed the connection and ok is false.
+func (c *conn) handshake(b []byte) (off int, open, ok bool) {
 	s, err := c.hs.Feed(b)
 	if id := c.hs.Peer().NodeID; id != 0 {
 		c.remoteID.Store(id) // for errors and logs, even if the handshake fails
@@ -179,7 +177,7 @@ func (c *conn) handshake(b []byte) (off int, open bool, act gnet.Action) {
 	if s.Out != nil {
 		if _, werr := c.lk.Write(s.Out); werr != nil && err == nil {
 			c.close(werr)
-			return 0, false, gnet.Close
+			return 0, false, false
 		}
 	}
 	if err != nil {
@@ -188,10 +186,10 @@ func (c *conn) handshake(b []byte) (off int, open bool, act gnet.Action) {
 	if s.GoAway != nil {
 		c.goaway = &GoAwayError{*s.GoAway}
 		c.close(c.goaway)
-		return 0, false, gnet.Close
+		return 0, false, false
 	}
 	if !s.Done {
-		return s.Consumed, false, gnet.None
+		return s.Consumed, false, true
 	}
 	p := c.hs.Peer()
 	c.hs = nil
@@ -204,30 +202,31 @@ func (c *conn) handshake(b []byte) (off int, open bool, act gnet.Action) {
 	if c.peer != nil {
 		c.peer.attach(c)
 	}
-	return s.Consumed, true, gnet.None
+	return s.Consumed, true, true
 }
 
-// onTraffic decodes everything buffered. It runs on the loop.
-func (c *conn) onTraffic() gnet.Action {
+// onTraffic decodes everything buffered. It runs on the loop. It reports
+// false when the connection is to be closed (it has recorded why).
+func (c *conn) onTraffic() (keep bool) {
 	if c.state.Load() == stClosed {
-		return gnet.Close
+		return false
 	}
 	b, _ := c.lk.Peek(-1)
 	if len(b) == 0 {
-		return gnet.None
+		return true
 	}
 	c.lastRecv.Store(c.node.now())
 	off := 0
 	if c.state.Load() == stHandshake {
-		n, open, act := c.handshake(b)
-		if act == gnet.Close {
-			return act
+		n, open, ok := c.handshake(b)
+		if !ok {
+			return false
 		}
 		if !open {
 			if n > 0 {
 				_, _ = c.lk.Discard(n)
 			}
-			return gnet.None
+			return true
 		}
 		off = n
 	}
@@ -248,7 +247,7 @@ func (c *conn) onTraffic() gnet.Action {
 		if err := c.handle(f); err != nil {
 			if c.goaway != nil {
 				c.close(err)
-				return gnet.Close
+				return false
 			}
 			code := wire.GoAwayProtocolError
 			if errors.Is(err, ErrInboundBudget) || errors.Is(err, taskid.ErrTooManyChannels) {
@@ -264,19 +263,19 @@ func (c *conn) onTraffic() gnet.Action {
 		_, _ = c.lk.Discard(off)
 	}
 	c.flush()
-	return gnet.None
+	return true
 }
 
 // fail reports a fault of the peer's: it tells the peer why with a GOAWAY,
-// logs, and closes this one connection.
-func (c *conn) fail(err error, code wire.GoAwayCode) gnet.Action {
+// logs, and closes this one connection. It returns false, for onTraffic.
+func (c *conn) fail(err error, code wire.GoAwayCode) bool {
 	msg := err.Error()
 	if len(msg) > 512 {
 		msg = msg[:512]
 	}
 	c.writeLast(wire.AppendGoAway(nil, wire.GoAway{Code: code, Message: msg}))
 	c.close(err)
-	return gnet.Close
+	return false
 }
 
 // writeLast writes a final frame (a GOAWAY) after whatever a direct write
@@ -872,7 +871,7 @@ func (c *conn) setDirectFD(fd int) {
 }
 
 // close records why the connection ends and detaches it; the caller makes
-// the link close the socket (by returning gnet.Close, or with lk.Close).
+// the link close the socket (onTraffic returning false, or lk.Close).
 // Safe to call more than once; the first reason wins.
 func (c *conn) close(err error) {
 	if c.state.Swap(stClosed) == stClosed {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/panjf2000/gnet/v2"
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/taskid"
@@ -31,9 +30,9 @@ func (l *recLink) Writev(bs [][]byte) (int, error) {
 	}
 	return n, nil
 }
-func (l *recLink) OutboundBuffered() int         { return 0 }
-func (l *recLink) Execute(r gnet.Runnable) error { l.executed++; return nil }
-func (l *recLink) Close() error                  { return errors.New("not closable") }
+func (l *recLink) OutboundBuffered() int  { return 0 }
+func (l *recLink) Execute(loopFunc) error { l.executed++; return nil }
+func (l *recLink) Close() error           { return errors.New("not closable") }
 
 // socketConn returns a conn of a fresh node whose link records the loop's
 // writes, and a connected pair of non-blocking sockets, closed at the end

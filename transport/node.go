@@ -493,7 +493,7 @@ func (n *Node) shutdown(code wire.GoAwayCode) {
 	goaway := wire.AppendGoAway(nil, wire.GoAway{Code: code, Message: "node shutting down"})
 	for _, c := range conns {
 		if c.state.Load() == stOpen {
-			_ = c.lk.Execute(gnet.RunnableFunc(func(context.Context) error { c.writeLast(goaway); return nil }))
+			_ = c.lk.Execute(func() { c.writeLast(goaway) })
 		}
 	}
 	for _, p := range n.peers() {
@@ -570,7 +570,10 @@ func (h *loopHandler) OnTraffic(gc gnet.Conn) gnet.Action {
 	if !ok {
 		return gnet.Close
 	}
-	a := c.onTraffic()
+	a := gnet.None
+	if !c.onTraffic() {
+		a = gnet.Close
+	}
 	// gnet's loop goes back to epoll_wait next, a system call in which its
 	// thread keeps its P until the runtime's monitor takes it back (20 µs to
 	// 10 ms later). A goroutine this callback woke (a sender given credit,

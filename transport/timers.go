@@ -1,11 +1,8 @@
 package transport
 
 import (
-	"context"
 	"sync"
 	"time"
-
-	"github.com/panjf2000/gnet/v2"
 
 	"github.com/sluicehq/sluice/wire"
 )
@@ -280,10 +277,10 @@ func (t *timers) housekeep(now int64) {
 		if len(dialed) > 0 {
 			c := dialed[int(uint64(now)%uint64(len(dialed)))]
 			n.faultN.resets.Add(1)
-			_ = c.lk.Execute(gnet.RunnableFunc(func(context.Context) error {
+			_ = c.lk.Execute(func() {
 				c.close(errInjectedReset)
-				return c.lk.Close()
-			}))
+				_ = c.lk.Close()
+			})
 		}
 	}
 }

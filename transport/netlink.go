@@ -1,0 +1,275 @@
+package transport
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	// netReadMin and netReadMax bound a netLink's read buffer: it starts
+	// small, so that idle and handshaking connections cost little, and
+	// doubles while reads fill it.
+	netReadMin = 1 << 10
+	netReadMax = 64 << 10
+	// netKeepCap is the inbound buffer capacity kept once it empties; a
+	// larger one (after a large frame) is released.
+	netKeepCap = 256 << 10
+	// netCloseGrace is how long Close waits for the loop (busy in a write
+	// to a peer that does not read) before closing the socket under it.
+	netCloseGrace = 500 * time.Millisecond
+)
+
+var errLinkClosed = errors.New("transport: connection closed")
+
+type readResult struct {
+	n   int
+	err error
+}
+
+// netLink is a connection of the net backend. Its loop goroutine owns the
+// inbound buffer and does every write synchronously, so its outbound buffer
+// is the kernel's; its reader goroutine reads into a buffer of its own and
+// hands each read over, waiting until the loop has copied it. The inbound
+// buffer therefore holds at most what the conn has not consumed (less than
+// one frame, whose length the conn has checked against the max frame size)
+// plus one read.
+type netLink struct {
+	nc   net.Conn
+	tls  bool
+	c    *conn
+	wg   *sync.WaitGroup
+	data chan readResult
+	ack  chan struct{}
+	wake chan struct{}
+	done chan struct{} // closed when the loop ends
+
+	opened atomic.Bool
+
+	// loop
+	in   []byte
+	off  int
+	wbuf []byte
+
+	// reader
+	rbuf []byte
+
+	mu struct {
+		sync.Mutex
+		tasks  []loopFunc // nil: Close's marker
+		closed bool       // Close was called or the loop ended
+	}
+	hardClose sync.Once
+}
+
+func newNetLink(nc net.Conn, c *conn, wg *sync.WaitGroup) *netLink {
+	_, isTLS := nc.(*tls.Conn)
+	return &netLink{
+		nc: nc, tls: isTLS, c: c, wg: wg,
+		data: make(chan readResult),
+		ack:  make(chan struct{}, 1),
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+}
+
+// start runs the link: first is what to write before anything else (the
+// conn's opening bytes).
+func (l *netLink) start(first []byte) {
+	l.wg.Add(2)
+	go l.loop(first)
+	go l.read()
+}
+
+func (l *netLink) loop(first []byte) {
+	defer l.wg.Done()
+	err := l.open(first)
+	for err == nil {
+		select {
+		case r := <-l.data:
+			if r.n > 0 {
+				l.in = append(l.in, l.rbuf[:r.n]...)
+				l.ack <- struct{}{}
+				if !l.c.onTraffic() {
+					err = errLinkClosed
+					break
+				}
+			}
+			if r.err != nil {
+				err = r.err
+			}
+		case <-l.wake:
+			err = l.runTasks()
+		}
+	}
+	l.mu.Lock()
+	l.mu.closed = true
+	l.mu.tasks = nil
+	l.mu.Unlock()
+	close(l.done)
+	l.closeSocket()
+	if errors.Is(err, errLinkClosed) {
+		err = nil
+	}
+	if err == nil {
+		err = errors.New("closed")
+	}
+	l.c.close(err)
+}
+
+func (l *netLink) open(first []byte) error {
+	if t, ok := l.nc.(*tls.Conn); ok {
+		if err := t.Handshake(); err != nil { // Close ends it by closing the socket
+			return err
+		}
+	}
+	l.opened.Store(true)
+	if l.isClosed() {
+		return errLinkClosed
+	}
+	_, err := l.Write(first)
+	return err
+}
+
+func (l *netLink) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.closed
+}
+
+func (l *netLink) runTasks() error {
+	l.mu.Lock()
+	tasks := l.mu.tasks
+	l.mu.tasks = nil
+	l.mu.Unlock()
+	for i, f := range tasks {
+		tasks[i] = nil
+		if f == nil { // Close's marker: the loop ends here
+			return errLinkClosed
+		}
+		f()
+	}
+	return nil
+}
+
+func (l *netLink) read() {
+	defer l.wg.Done()
+	l.rbuf = make([]byte, netReadMin)
+	for {
+		n, err := l.nc.Read(l.rbuf)
+		select {
+		case l.data <- readResult{n, err}:
+		case <-l.done:
+			return
+		}
+		if err != nil {
+			return
+		}
+		if n > 0 {
+			select {
+			case <-l.ack:
+			case <-l.done:
+				return
+			}
+		}
+		if n == len(l.rbuf) && len(l.rbuf) < netReadMax {
+			l.rbuf = make([]byte, 2*len(l.rbuf))
+		}
+	}
+}
+
+func (l *netLink) closeSocket() { l.hardClose.Do(func() { _ = l.nc.Close() }) }
+
+func (l *netLink) Peek(n int) ([]byte, error) {
+	b := l.in[l.off:]
+	if n >= 0 && n < len(b) {
+		b = b[:n]
+	}
+	return b, nil
+}
+
+func (l *netLink) Discard(n int) (int, error) {
+	left := len(l.in) - l.off
+	if n <= 0 || n >= left {
+		if cap(l.in) > netKeepCap {
+			l.in = nil
+		} else {
+			l.in = l.in[:0]
+		}
+		l.off = 0
+		return left, nil
+	}
+	l.off += n
+	if l.off > len(l.in)/2 {
+		l.in = l.in[:copy(l.in, l.in[l.off:])]
+		l.off = 0
+	}
+	return n, nil
+}
+
+func (l *netLink) Write(b []byte) (int, error) { return l.nc.Write(b) }
+
+func (l *netLink) Writev(bs [][]byte) (int, error) {
+	if l.tls || len(bs) == 1 {
+		// One TLS record stream instead of a record per slice.
+		l.wbuf = l.wbuf[:0]
+		for _, b := range bs {
+			l.wbuf = append(l.wbuf, b...)
+		}
+		n, err := l.nc.Write(l.wbuf)
+		if cap(l.wbuf) > netKeepCap {
+			l.wbuf = nil
+		}
+		return n, err
+	}
+	nb := net.Buffers(bs)
+	n, err := nb.WriteTo(l.nc)
+	return int(n), err
+}
+
+func (l *netLink) OutboundBuffered() int { return 0 }
+
+func (l *netLink) Execute(f loopFunc) error {
+	if f == nil {
+		return errors.New("transport: nil loop function")
+	}
+	return l.queue(f)
+}
+
+// queue appends f (nil: the close marker) to the loop's tasks and wakes it.
+func (l *netLink) queue(f loopFunc) error {
+	l.mu.Lock()
+	if l.mu.closed {
+		l.mu.Unlock()
+		return errLinkClosed
+	}
+	l.mu.tasks = append(l.mu.tasks, f)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (l *netLink) Close() error {
+	if !l.opened.Load() {
+		// The loop may be inside a TLS handshake that only a closed
+		// socket ends.
+		l.closeSocket()
+	}
+	if err := l.queue(nil); err != nil {
+		return nil // closed already
+	}
+	time.AfterFunc(netCloseGrace, func() {
+		select {
+		case <-l.done:
+		default:
+			l.closeSocket()
+		}
+	})
+	return nil
+}
