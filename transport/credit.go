@@ -30,7 +30,7 @@ func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 		return nil
 	}
 	p.mu.Lock()
-	closed, err := p.mu.closed, p.mu.err
+	closed, err := p.mu.closed, p.Err()
 	p.mu.Unlock()
 	if err != nil {
 		return err

@@ -42,6 +42,9 @@ type Peer struct {
 	budget  notifier // broadcast when window memory falls or credit grows
 	drained notifier // broadcast when a channel's last message is acknowledged
 
+	// refused is the peer's permanent refusal of this node, if any. It is
+	// not under mu, so that a channel can read it under its own lock.
+	refused  atomic.Pointer[error]
 	nextSlot atomic.Uint32
 	stop     chan struct{}
 	wg       sync.WaitGroup
@@ -61,7 +64,6 @@ type Peer struct {
 		// that PeerStats.Traffic stays cumulative.
 		gone     ConnStats
 		channels map[taskid.Channel]*channel
-		err      error // a permanent refusal by the peer
 		lastErr  error // why the last connection attempt or connection failed
 		closed   bool
 	}
@@ -95,9 +97,10 @@ func (p *Peer) Addr() string { return p.addr }
 // Err returns why the peer refused this node for good (errors.Is
 // ErrRejected), or nil.
 func (p *Peer) Err() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.mu.err
+	if e := p.refused.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // Connected reports whether every connection to the peer is up.
@@ -158,8 +161,8 @@ func (p *Peer) OpenSenderEpoch(ctx context.Context, source, target taskid.ID, ep
 	if p.mu.closed {
 		return nil, ErrClosed
 	}
-	if p.mu.err != nil {
-		return nil, p.mu.err
+	if err := p.Err(); err != nil {
+		return nil, err
 	}
 	if ch, ok := p.mu.channels[key]; ok {
 		return &Sender{ch: ch}, nil
@@ -261,7 +264,8 @@ func (p *Peer) dialLoop(slot int) {
 		p.mu.Lock()
 		p.mu.lastErr = err
 		if errors.Is(err, ErrRejected) || errors.Is(err, wire.ErrVersion) || errors.Is(err, ErrAuthFailed) {
-			p.mu.err = fmt.Errorf("transport: %s: %w: %w", p.addr, ErrRejected, err)
+			refusal := fmt.Errorf("transport: %s: %w: %w", p.addr, ErrRejected, err)
+			p.refused.Store(&refusal)
 			p.mu.Unlock()
 			n.log.Error("sluice: peer refused this node; not redialing", "peer", p.addr, "err", err)
 			p.drained.broadcast()

@@ -1,0 +1,361 @@
+// The outbound mux of a dialing connection: channel numbers with their
+// retirement, the queue of channels ready to send, control frames waiting
+// for the next batch, and the batch builder that channels fill
+// (channel.fill) and that is then written through the link or directly
+// (direct.go).
+
+package transport
+
+import (
+	"fmt"
+
+	"github.com/sluicehq/sluice/batch"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// onAck hands an ACK to the channel it is for.
+func (c *conn) onAck(a wire.Ack) error {
+	c.mu.Lock()
+	var ch *channel
+	if int(a.Channel) < len(c.mu.outByNum) {
+		ch = c.mu.outByNum[a.Channel]
+	}
+	c.mu.Unlock()
+	if ch == nil {
+		// An ack for a channel closed meanwhile is harmless; one for a
+		// number never opened is a fault.
+		if _, err := c.outLookup(a.Channel); err != nil {
+			return err
+		}
+		return nil
+	}
+	ch.onAck(c, a)
+	return nil
+}
+
+func (c *conn) outLookup(num uint32) (taskid.Channel, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.outTable.Retired(num) {
+		return taskid.Channel{}, nil // an ack of a closed channel
+	}
+	ch, err := c.mu.outTable.Lookup(num)
+	if err != nil {
+		return ch, fmt.Errorf("%w (in an ACK)", err)
+	}
+	return ch, nil
+}
+
+// sendCtrl queues a control frame for the next batch and schedules a flush.
+// Safe for concurrent use.
+func (c *conn) sendCtrl(appendFrame func([]byte) []byte) {
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.ctrl = appendFrame(c.mu.ctrl)
+	c.scheduleLocked()
+	c.mu.Unlock()
+}
+
+// enqueue marks ch ready to send on c. The caller holds ch.mu and has
+// checked that ch is not queued already. It reports whether the caller,
+// once it has released ch.mu, should write the batch itself with
+// flushDirect; otherwise the loop has been scheduled. mayDirect is false
+// on the loop, which flushes anyway.
+func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct bool) {
+	c.pending.Add(int64(bytes))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return false
+	}
+	c.addReadyLocked(ch)
+	if c.mu.scheduled {
+		return false
+	}
+	if mayDirect && c.fd >= 0 && !c.linkBuffered.Load() && c.state.Load() == stOpen &&
+		c.node.now()-c.lastWrite.Load() >= max(directGap, c.writeCost.Load()) {
+		// Claimed: nobody schedules the loop while the caller writes.
+		c.mu.scheduled = true
+		return true
+	}
+	c.scheduleLocked()
+	return false
+}
+
+func (c *conn) scheduleLocked() {
+	if c.mu.scheduled || c.state.Load() != stOpen {
+		return
+	}
+	c.mu.scheduled = true
+	if err := c.lk.Execute(c.flushTask); err != nil {
+		c.mu.scheduled = false
+	}
+}
+
+// addReadyLocked appends chs to the ready list, reusing the slots of
+// channels already popped before the list would grow. The caller holds mu.
+func (c *conn) addReadyLocked(chs ...*channel) {
+	c.mu.ready, c.mu.readyHead = appendQueue(c.mu.ready, c.mu.readyHead, chs...)
+}
+
+func (c *conn) popReady() *channel {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.readyHead == len(c.mu.ready) {
+		c.mu.ready = c.mu.ready[:0]
+		c.mu.readyHead = 0
+		return nil
+	}
+	ch := c.mu.ready[c.mu.readyHead]
+	c.mu.ready[c.mu.readyHead] = nil
+	c.mu.readyHead++
+	return ch
+}
+
+func (c *conn) hasWork() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.mu.ctrl) > 0 || c.mu.readyHead < len(c.mu.ready)
+}
+
+// syncInflight tells the batch policy which writes completed: gnet gives no
+// callback when its outbound buffer drains, so the buffered byte count is
+// read instead (on the loop; a direct writer knows only that the link held
+// nothing when the loop last looked). The caller holds wmu.
+func (c *conn) syncInflight(direct bool) {
+	p := c.out.policy
+	want := 0
+	if direct {
+		if c.linkBuffered.Load() || len(c.carry) > 0 {
+			return
+		}
+	} else {
+		buffered := c.lk.OutboundBuffered()
+		c.linkBuffered.Store(buffered > 0)
+		max := c.node.o.batch.MaxBatchBytes
+		want = (buffered + len(c.carry) + max - 1) / max
+	}
+	for p.Inflight() > want {
+		p.WriteDone(c.node.now())
+	}
+}
+
+// flush writes batches while the policy allows. It runs on the loop.
+func (c *conn) flush() {
+	c.wmu.Lock()
+	c.flushLocked(false)
+	c.wmu.Unlock()
+}
+
+// flushLocked writes batches while the policy says so: on the loop, or,
+// when direct, from a sender's goroutine straight to the socket. The caller
+// holds wmu.
+func (c *conn) flushLocked(direct bool) {
+	c.mu.Lock()
+	c.mu.scheduled = false
+	c.mu.Unlock()
+	if c.state.Load() != stOpen {
+		return
+	}
+	for {
+		c.syncInflight(direct)
+		if !c.hasWork() && (direct || len(c.carry) == 0) {
+			return
+		}
+		if direct && (len(c.carry) > 0 || c.linkBuffered.Load()) {
+			// Bytes are waiting in front: only the loop may write now.
+			c.mu.Lock()
+			c.scheduleLocked()
+			c.mu.Unlock()
+			return
+		}
+		now := c.node.now()
+		d := c.out.policy.Decide(now, int(max(c.pending.Load(), 1)))
+		if !d.Flush {
+			if d.WakeAt != 0 || c.out.policy.Inflight() > 0 {
+				c.node.timers.wakeConn(c, d.WakeAt)
+			}
+			return
+		}
+		if n := c.writeBatch(now, d.Cause, direct); n == 0 {
+			return
+		}
+		if c.state.Load() != stOpen {
+			return
+		}
+	}
+}
+
+// writeBatch builds one batch from the queued control frames and the ready
+// channels and writes it: through the link on the loop, or straight to the
+// socket when direct. It returns the bytes written (or, when direct, taken
+// on: a tail the kernel refused waits in carry for the loop).
+func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
+	o := &c.out
+	c.mu.Lock()
+	o.ctrl = append(o.ctrl[:0], c.mu.ctrl...)
+	c.mu.ctrl = c.mu.ctrl[:0]
+	c.mu.Unlock()
+
+	b := &o.b
+	b.begin(c.node.o.batch.MaxBatchBytes)
+	requeue := o.requeue[:0]
+	for b.room() > 0 {
+		ch := c.popReady()
+		if ch == nil {
+			break
+		}
+		if ch.fill(c, b, now) {
+			requeue = append(requeue, ch) // it has more: the batch is full
+			break
+		}
+	}
+	c.pending.Add(-int64(b.bytes))
+	c.mu.Lock()
+	c.addReadyLocked(requeue...)
+	drained := c.mu.readyHead == len(c.mu.ready)
+	c.mu.Unlock()
+	if drained {
+		c.pending.Store(0)
+	}
+	clear(requeue)
+	o.requeue = requeue[:0]
+
+	iov := o.iov[:0]
+	carried := len(c.carry) > 0 && !direct
+	if carried {
+		iov = append(iov, c.carry)
+	}
+	if len(o.ctrl) > 0 {
+		iov = append(iov, o.ctrl)
+	}
+	if len(b.opens) > 0 {
+		iov = append(iov, b.opens)
+	}
+	if !b.empty() {
+		frame := b.finish()
+		if c.compress && o.comp != nil {
+			body := frame[wire.HeaderLen:]
+			var cstart int
+			o.cdata, cstart = wire.BeginFrame(o.cdata[:0], wire.FrameData, wire.DataCompressed)
+			if out, ok := o.comp.Compress(o.cdata, body); ok {
+				o.cdata = wire.FinishFrame(out, cstart)
+				frame = o.cdata
+			}
+		}
+		iov = append(iov, frame)
+		c.stats.msgsOut.Add(uint64(b.msgs))
+	}
+	if len(b.reqs) > 0 {
+		iov = append(iov, b.reqs)
+	}
+	o.iov = iov
+	total := 0
+	for _, b := range iov {
+		total += len(b)
+	}
+	if total == 0 {
+		return 0
+	}
+	if direct {
+		if !c.writeDirect(iov, total) {
+			return 0
+		}
+	} else {
+		if _, err := c.lk.Writev(iov); err != nil {
+			c.close(err)
+			return 0
+		}
+		c.linkBuffered.Store(c.lk.OutboundBuffered() > 0)
+		if carried {
+			c.carry = nil
+		}
+	}
+	c.lastWrite.Store(c.node.now())
+	clear(o.iov[:cap(o.iov)])
+	o.policy.Flushed(now, total, cause)
+	c.stats.wireOut.Add(uint64(total))
+	c.stats.batches.Add(1)
+	c.stats.flushes[cause].Add(1)
+	return total
+}
+
+// outBatch is the batch a connection builds: its OPEN frames, one DATA
+// frame of runs, its ACKREQUEST frames. Channels fill it (channel.fill)
+// knowing only how much room is left and whether it is empty, as quic-go's
+// framer pulls frames from its streams; it knows nothing of windows.
+type outBatch struct {
+	opens, data, reqs []byte
+	limit             int // the DATA frame may grow to this length
+	msgs, bytes       int // messages and payload bytes in it
+}
+
+// begin starts an empty batch whose DATA body may take maxBody bytes.
+func (b *outBatch) begin(maxBody int) {
+	b.opens, b.reqs = b.opens[:0], b.reqs[:0]
+	b.data, _ = wire.BeginFrame(b.data[:0], wire.FrameData, 0)
+	b.limit = wire.HeaderLen + maxBody
+	b.msgs, b.bytes = 0, 0
+}
+
+// room is how many more bytes the DATA body may take.
+func (b *outBatch) room() int { return b.limit - len(b.data) }
+
+// empty reports whether the DATA frame has no run yet: the next run may
+// then be larger than room (a message larger than a batch goes alone).
+func (b *outBatch) empty() bool { return len(b.data) == wire.HeaderLen }
+
+// finish completes the DATA frame and returns it.
+func (b *outBatch) finish() []byte {
+	b.data = wire.FinishFrame(b.data, 0)
+	return b.data
+}
+
+type retiredNum struct {
+	num   uint32
+	token int64 // the PING sent after its CLOSE
+}
+
+// retire closes channel number num on c (the caller sends the CLOSE) and
+// holds the number back until a PONG answers a PING sent after it. The
+// caller holds c.mu.
+func (c *conn) retireLocked(num uint32) (ping int64) {
+	if c.mu.outTable == nil || c.mu.outTable.Retire(num) != nil {
+		return 0
+	}
+	if int(num) < len(c.mu.outByNum) {
+		c.mu.outByNum[num] = nil
+	}
+	ping = c.node.now()
+	c.mu.retired = append(c.mu.retired, retiredNum{num: num, token: ping})
+	return ping
+}
+
+// releaseRetired frees the numbers retired before the PING that PONG v
+// answers: the receiver sent the PONG after it had read their CLOSEs, after
+// which it acks them no more, and TCP delivers in order.
+func (c *conn) releaseRetired(v int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keep := c.mu.retired[:0]
+	for _, r := range c.mu.retired {
+		if r.token <= v {
+			_ = c.mu.outTable.Remove(r.num)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	clear(c.mu.retired[len(keep):])
+	c.mu.retired = keep
+}
+
+// hasRetired reports whether numbers wait for a PONG.
+func (c *conn) hasRetired() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.mu.retired) > 0
+}

@@ -1,0 +1,140 @@
+// Reading and dispatch: a connection's loop decodes what arrived (the
+// handshake, then frames) and hands each frame to the part it is for: the
+// inbound demux (inbound.go) on the accepting side, the outbound mux
+// (outbound.go) on the dialing side.
+
+package transport
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
+)
+
+// onTraffic decodes everything buffered. It runs on the loop. It reports
+// false when the connection is to be closed (it has recorded why).
+func (c *conn) onTraffic() (keep bool) {
+	if c.state.Load() == stClosed {
+		return false
+	}
+	b, _ := c.lk.Peek(-1)
+	if len(b) == 0 {
+		return true
+	}
+	c.lastRecv.Store(c.node.now())
+	off := 0
+	if c.state.Load() == stHandshake {
+		n, open, ok := c.handshake(b)
+		if !ok {
+			return false
+		}
+		if !open {
+			if n > 0 {
+				_, _ = c.lk.Discard(n)
+			}
+			return true
+		}
+		off = n
+	}
+	stats := &c.stats
+	for off < len(b) {
+		f, n, err := wire.DecodeFrame(b[off:], c.node.o.maxFrame)
+		if errors.Is(err, wire.ErrNeedMore) {
+			break
+		}
+		if err != nil {
+			code := wire.GoAwayProtocolError
+			if errors.Is(err, wire.ErrFrameTooLarge) {
+				code = wire.GoAwayLimit
+			}
+			return c.fail(err, code)
+		}
+		stats.wireIn.Add(uint64(n))
+		if err := c.handle(f); err != nil {
+			if c.goaway != nil {
+				c.close(err)
+				return false
+			}
+			code := wire.GoAwayProtocolError
+			if errors.Is(err, ErrInboundBudget) || errors.Is(err, taskid.ErrTooManyChannels) {
+				code = wire.GoAwayLimit
+			}
+			return c.fail(err, code)
+		}
+		off += n
+	}
+	// What is left is less than one frame, whose header DecodeFrame has
+	// checked against the max frame size: that bounds the inbound buffer.
+	if off > 0 { // Discard(0) would drop everything buffered
+		_, _ = c.lk.Discard(off)
+	}
+	c.flush()
+	return true
+}
+
+// fail reports a fault of the peer's: it tells the peer why with a GOAWAY,
+// logs, and closes this one connection. It returns false, for onTraffic.
+func (c *conn) fail(err error, code wire.GoAwayCode) bool {
+	msg := err.Error()
+	if len(msg) > 512 {
+		msg = msg[:512]
+	}
+	c.writeLast(wire.AppendGoAway(nil, wire.GoAway{Code: code, Message: msg}))
+	c.close(err)
+	return false
+}
+
+func (c *conn) handle(f wire.Frame) error {
+	// The dialing side receives acks and pongs; the accepting side, data
+	// and the frames that open, close and query channels. Either side
+	// answers pings and heeds GOAWAY.
+	dialed := c.peer != nil
+	switch f.Type {
+	case wire.FrameData, wire.FrameOpen, wire.FrameClose, wire.FrameAckRequest:
+		if dialed {
+			return c.unexpected(f.Type)
+		}
+		return c.demux(f)
+	case wire.FrameAck:
+		if !dialed {
+			return c.unexpected(f.Type)
+		}
+		a, err := wire.ParseAck(f.Body)
+		if err != nil {
+			return err
+		}
+		return c.onAck(a)
+	case wire.FramePing:
+		v, err := wire.ParsePing(f.Body)
+		if err != nil {
+			return err
+		}
+		c.sendCtrl(func(b []byte) []byte { return wire.AppendPong(b, v) })
+		return nil
+	case wire.FramePong:
+		v, err := wire.ParsePing(f.Body)
+		if err != nil {
+			return err
+		}
+		c.releaseRetired(int64(v))
+		return nil
+	case wire.FrameGoAway:
+		g, err := wire.ParseGoAway(f.Body)
+		if err != nil {
+			return err
+		}
+		c.goaway = &GoAwayError{g}
+		return c.goaway
+	}
+	return fmt.Errorf("%w: %v", wire.ErrUnknownFrame, f.Type)
+}
+
+func (c *conn) unexpected(t wire.FrameType) error {
+	side := "accepting"
+	if c.peer == nil {
+		side = "dialing"
+	}
+	return &wire.FrameError{Type: t, Err: fmt.Errorf("%w: a %v frame may not come from the %s side", wire.ErrUnknownFrame, t, side)}
+}
