@@ -53,6 +53,9 @@ type conn struct {
 	lk     link
 	faults *faultLink // lk, when the node injects faults; nil otherwise
 	remote string
+	// enrolled says a gnet loop took the connection (its open callback
+	// ran). Set on the loop before the enrolling goroutine reads it.
+	enrolled bool
 	// addrKey is the remote host this accepted connection counts against
 	// in the per-address limit; empty if it does not count.
 	addrKey string

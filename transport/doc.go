@@ -55,6 +55,15 @@
 // state is touched by one goroutine at a time. [WithTLS] encrypts with TLS
 // 1.3 on the net backend.
 //
+// On gnet, the connections of every node in a process share one group of
+// GOMAXPROCS-1 event loops (at least one); listening and dialing park in
+// Go's netpoller, and a connection joins the group once it exists. The
+// number is the threading model's point: a loop waits in epoll_wait, a
+// system call during which its thread keeps its P until the runtime's
+// monitor takes it back, 20 µs to 20 ms later. With a loop per P, every P
+// can sit in epoll_wait while a fired timer or a woken goroutine waits for
+// one; with one P always free of loops, Go code runs when it is ready.
+//
 // Every connection opens with a handshake (internal/handshake, a state
 // machine without I/O): both sides send a preface; with [WithKey] both then
 // prove, by HMAC-SHA256 over both sides' fresh nonces and node ids, that

@@ -7,14 +7,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/panjf2000/gnet/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/sluicehq/sluice/lossdetect"
 	"github.com/sluicehq/sluice/taskid"
@@ -32,14 +27,12 @@ type Node struct {
 	start time.Time
 	log   logger
 
-	server     gnet.Engine
-	serverDone chan error
-	client     *gnet.Client // nil with BackendNet
-	netLn      net.Listener // the listener of BackendNet
-	links      sync.WaitGroup
-	addr       string
-	tlsServer  *tls.Config
-	sec        securityCounters
+	loops     *loopGroup   // the gnet loops its connections run on; nil with BackendNet
+	ln        net.Listener // nil if it does not listen
+	links     sync.WaitGroup
+	addr      string
+	tlsServer *tls.Config
+	sec       securityCounters
 
 	timers  *timers
 	faultN  faultCounters
@@ -91,45 +84,22 @@ func NewNode(opts ...Option) (*Node, error) {
 	n.mu.recv = make(map[pair]*recvState)
 	n.mu.perAddr = make(map[string]int)
 	n.timers = newTimers(n)
-	if o.backend == BackendNet {
-		if o.tls != nil {
-			n.tlsServer = o.tls.Clone()
-			n.tlsServer.MinVersion = tls.VersionTLS13
+	if o.backend == BackendNet && o.tls != nil {
+		n.tlsServer = o.tls.Clone()
+		n.tlsServer.MinVersion = tls.VersionTLS13
+	}
+	if o.backend == BackendGnet {
+		g, err := acquireLoops(o.eventLoops)
+		if err != nil {
+			return nil, err
 		}
-		if o.listen != "" {
-			if err := n.listenNet(o.listen); err != nil {
-				return nil, err
-			}
-		}
-		n.bgDone.Add(1)
-		go n.timers.run()
-		return n, nil
+		n.loops = g
 	}
-
-	gopts := []gnet.Option{
-		gnet.WithMulticore(o.eventLoops > 1),
-		gnet.WithNumEventLoop(o.eventLoops),
-		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
-		gnet.WithReadBufferCap(256 << 10),
-		gnet.WithWriteBufferCap(256 << 10),
-		// On the listening socket (accepted ones inherit them) and on
-		// every dialed one; 0 leaves the kernel's.
-		gnet.WithSocketSendBuffer(o.socketBuffer),
-		gnet.WithSocketRecvBuffer(o.socketBuffer),
-		gnet.WithLogger(n.log),
-		gnet.WithReuseAddr(true),
-	}
-	cli, err := gnet.NewClient(&loopHandler{n: n}, gopts...)
-	if err != nil {
-		return nil, fmt.Errorf("transport: starting the dialing loops: %w", err)
-	}
-	if err := cli.Start(); err != nil {
-		return nil, fmt.Errorf("transport: starting the dialing loops: %w", err)
-	}
-	n.client = cli
 	if o.listen != "" {
-		if err := n.listen(o.listen, gopts); err != nil {
-			_ = cli.Stop()
+		if err := n.listen(o.listen); err != nil {
+			if n.loops != nil {
+				n.loops.release()
+			}
 			return nil, err
 		}
 	}
@@ -138,14 +108,15 @@ func NewNode(opts ...Option) (*Node, error) {
 	return n, nil
 }
 
-// listenNet listens with the net backend: one goroutine accepts, each
-// connection gets a netLink.
-func (n *Node) listenNet(addr string) error {
+// listen accepts connections on addr. Accepting parks in Go's netpoller on
+// either backend; an accepted connection then runs on the node's backend
+// (see Node.run).
+func (n *Node) listen(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("transport: listening on %s: %w", addr, err)
 	}
-	n.netLn = ln
+	n.ln = ln
 	n.addr = ln.Addr().String()
 	n.bgDone.Add(1)
 	go func() {
@@ -159,13 +130,13 @@ func (n *Node) listenNet(addr string) error {
 				time.Sleep(5 * time.Millisecond) // out of descriptors, say
 				continue
 			}
-			n.acceptNet(nc)
+			n.accept(nc)
 		}
 	}()
 	return nil
 }
 
-func (n *Node) acceptNet(nc net.Conn) {
+func (n *Node) accept(nc net.Conn) {
 	n.sizeSocket(nc)
 	c := newConn(n, nil, 0)
 	c.remote = nc.RemoteAddr().String()
@@ -185,10 +156,34 @@ func (n *Node) acceptNet(nc net.Conn) {
 		_ = nc.Close()
 		return
 	}
-	l := newNetLink(nc, c, &n.links)
-	c.setLink(l, -1)
-	n.timers.watchHandshake(c)
-	l.start(c.opening())
+	if err := n.run(nc, c); err != nil {
+		n.log.Warn("sluice: could not start an accepted connection", "remote", c.remote, "err", err)
+	}
+}
+
+// run runs the tracked conn c over the connected socket nc: on gnet, nc
+// is enrolled in the node's loop group (which takes a duplicate of its
+// descriptor and closes nc); on the net backend, a netLink's goroutines
+// run it. On an error c is forgotten and nc closed.
+func (n *Node) run(nc net.Conn, c *conn) error {
+	if n.loops == nil {
+		l := newNetLink(nc, c, &n.links)
+		c.setLink(l, -1)
+		n.timers.watchHandshake(c)
+		l.start(c.opening())
+		return nil
+	}
+	n.links.Add(1) // done by the close callback, which follows every open one
+	err := n.loops.enroll(nc, c)
+	if err == nil && !c.enrolled {
+		err = errors.New("transport: the event loop did not take the connection")
+	}
+	if err != nil {
+		n.links.Done()
+		n.forget(c)
+		return err
+	}
+	return nil
 }
 
 // sizeSocket gives a net-backend connection the socket buffers of
@@ -239,41 +234,6 @@ func (n *Node) refusal() []byte {
 	b := wire.AppendPreface(nil, wire.Preface{Version: wire.Version, NodeID: n.id})
 	return wire.AppendGoAway(b, wire.GoAway{Code: wire.GoAwayLimit,
 		Message: fmt.Sprintf("too many connections from one address (limit %d)", n.o.maxConnsPerAddr)})
-}
-
-func (n *Node) listen(addr string, gopts []gnet.Option) error {
-	booted := make(chan error, 1)
-	h := &loopHandler{n: n, server: true, booted: booted}
-	n.serverDone = make(chan error, 1)
-	go func() {
-		err := gnet.Run(h, "tcp://"+addr, gopts...)
-		select {
-		case booted <- err: // failed before boot
-		default:
-		}
-		n.serverDone <- err
-	}()
-	if err := <-booted; err != nil {
-		return fmt.Errorf("transport: listening on %s: %w", addr, err)
-	}
-	fd, err := n.server.Dup()
-	if err != nil {
-		return fmt.Errorf("transport: listening on %s: %w", addr, err)
-	}
-	defer unix.Close(fd)
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		return fmt.Errorf("transport: listening on %s: %w", addr, err)
-	}
-	switch a := sa.(type) {
-	case *unix.SockaddrInet4:
-		n.addr = net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port))
-	case *unix.SockaddrInet6:
-		n.addr = net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port))
-	default:
-		n.addr = addr
-	}
-	return nil
 }
 
 // Addr is the address the node listens on, with the port the system chose
@@ -506,90 +466,13 @@ func (n *Node) shutdown(code wire.GoAwayCode) {
 	for _, in := range inboxes {
 		close(in.stop)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if n.serverDone != nil {
-		_ = n.server.Stop(ctx)
-		<-n.serverDone
-	}
-	if n.netLn != nil {
-		_ = n.netLn.Close()
-	}
-	if n.client != nil {
-		_ = n.client.Stop()
+	if n.ln != nil {
+		_ = n.ln.Close()
 	}
 	n.links.Wait()
 	n.bgDone.Wait()
+	if n.loops != nil {
+		n.loops.release()
+	}
 	close(n.closed)
-}
-
-// loopHandler receives gnet's events for the accepting (server) or dialing
-// (client) loops.
-type loopHandler struct {
-	gnet.BuiltinEventEngine
-	n      *Node
-	server bool
-	booted chan error
-}
-
-func (h *loopHandler) OnBoot(eng gnet.Engine) gnet.Action {
-	if h.server {
-		h.n.server = eng
-		h.booted <- nil
-	}
-	return gnet.None
-}
-
-func (h *loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
-	n := h.n
-	var c *conn
-	if h.server {
-		c = newConn(n, nil, 0)
-		c.remote = gc.RemoteAddr().String()
-		if !n.admit(c) {
-			return n.refusal(), gnet.Close
-		}
-		if !n.track(c) {
-			n.release(c)
-			return nil, gnet.Close
-		}
-		gc.SetContext(c)
-	} else {
-		var ok bool
-		if c, ok = gc.Context().(*conn); !ok {
-			return nil, gnet.Close
-		}
-	}
-	c.setLink(gnetLink{gc}, gc.Fd())
-	n.timers.watchHandshake(c)
-	return c.opening(), gnet.None
-}
-
-func (h *loopHandler) OnTraffic(gc gnet.Conn) gnet.Action {
-	c, ok := gc.Context().(*conn)
-	if !ok {
-		return gnet.Close
-	}
-	a := gnet.None
-	if !c.onTraffic() {
-		a = gnet.Close
-	}
-	// gnet's loop goes back to epoll_wait next, a system call in which its
-	// thread keeps its P until the runtime's monitor takes it back (20 µs to
-	// 10 ms later). A goroutine this callback woke (a sender given credit,
-	// an inbox given a run, a task's waiter) sits in this P's run queue
-	// meanwhile. Yielding here runs it now; the loop resumes right after.
-	// On two cores it raised one channel's throughput by a fifth to a third.
-	runtime.Gosched()
-	return a
-}
-
-func (h *loopHandler) OnClose(gc gnet.Conn, err error) gnet.Action {
-	if c, ok := gc.Context().(*conn); ok {
-		if err == nil {
-			err = errors.New("closed by peer")
-		}
-		c.close(err)
-	}
-	return gnet.None
 }

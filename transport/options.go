@@ -61,7 +61,6 @@ func defaultOptions() options {
 		dialTimeout:      3 * time.Second,
 		minBackoff:       10 * time.Millisecond,
 		maxBackoff:       2 * time.Second,
-		eventLoops:       1,
 		logger:           slog.New(slog.DiscardHandler),
 		maxConnsPerAddr:  64,
 		socketBuffer:     DefaultSocketBuffer,
@@ -201,8 +200,12 @@ func WithReconnectBackoff(min, max time.Duration) Option {
 	return func(o *options) { o.minBackoff, o.maxBackoff = min, max }
 }
 
-// WithEventLoops sets how many gnet event loops serve each side (accepting
-// and dialing). Default 1.
+// WithEventLoops sets how many gnet event loops the node's connections run
+// on. The gnet connections of all nodes in a process share one group of
+// loops; nodes that ask for the same number share that group. Default 0:
+// the process's default group, GOMAXPROCS-1 loops (at least one), so that a
+// P is always left for Go code while every loop waits in epoll_wait (see
+// the package documentation). Ignored with [BackendNet].
 func WithEventLoops(n int) Option { return func(o *options) { o.eventLoops = n } }
 
 // WithFaults injects faults into this node's outgoing traffic, for tests and
@@ -294,8 +297,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("transport: peer budget %d is below the memory of one channel's full window, %d bytes", o.peerBudget, o.window.MaxFootprint())
 	case o.inboundBudget < o.window.MaxBytes:
 		return fmt.Errorf("transport: inbound budget %d is below one channel's window of %d bytes", o.inboundBudget, o.window.MaxBytes)
-	case o.eventLoops < 1:
-		return fmt.Errorf("transport: event loops must be >= 1, got %d", o.eventLoops)
+	case o.eventLoops < 0:
+		return fmt.Errorf("transport: event loops must be >= 0 (0: the default), got %d", o.eventLoops)
 	case o.minBackoff <= 0 || o.maxBackoff < o.minBackoff:
 		return fmt.Errorf("transport: reconnect backoff %v..%v is not a range", o.minBackoff, o.maxBackoff)
 	case o.key != nil && len(o.key) < handshake.MinKeyLen:

@@ -295,19 +295,11 @@ func (n *Node) dial(p *Peer, slot int) (*conn, error) {
 		_ = nc.Close()
 		return nil, ErrClosed
 	}
-	if n.client == nil { // BackendNet
-		n.sizeSocket(nc)
-		if n.o.tls != nil {
-			nc = tls.Client(nc, n.clientTLS(p.addr))
-		}
-		l := newNetLink(nc, c, &n.links)
-		c.setLink(l, -1)
-		n.timers.watchHandshake(c)
-		l.start(c.opening())
-		return c, nil
+	n.sizeSocket(nc)
+	if n.loops == nil && n.o.tls != nil {
+		nc = tls.Client(nc, n.clientTLS(p.addr))
 	}
-	if _, err := n.client.EnrollContext(nc, c); err != nil {
-		n.forget(c)
+	if err := n.run(nc, c); err != nil {
 		return nil, err
 	}
 	return c, nil
