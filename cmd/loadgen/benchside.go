@@ -77,6 +77,8 @@ type side interface {
 	// for TCP; for nodes the sender has flushed before asking), stops it
 	// and reports.
 	finish(ctx context.Context) (bench.Delivery, *bench.Recorder, error)
+	// abort stops the side without waiting for the end of the stream.
+	abort()
 }
 
 // backendOptions returns the transport options of a backend name.
@@ -109,6 +111,7 @@ func startSide(ctx context.Context, spec sideSpec) (side, error) {
 // tcpSide accepts one connection and runs a baseline's receiving half on it.
 type tcpSide struct {
 	ln   net.Listener
+	conn atomic.Pointer[net.Conn]
 	rec  *bench.Recorder
 	done chan tcpDone
 }
@@ -132,6 +135,7 @@ func startTCPSide(spec sideSpec) (*tcpSide, error) {
 			return
 		}
 		defer c.Close()
+		s.conn.Store(&c)
 		var r tcpDone
 		switch spec.Kind {
 		case sideTCPPacked:
@@ -148,12 +152,19 @@ func startTCPSide(spec sideSpec) (*tcpSide, error) {
 
 func (s *tcpSide) addr() string { return s.ln.Addr().String() }
 
+func (s *tcpSide) abort() {
+	s.ln.Close()
+	if c := s.conn.Load(); c != nil {
+		(*c).Close()
+	}
+}
+
 func (s *tcpSide) finish(ctx context.Context) (bench.Delivery, *bench.Recorder, error) {
 	select {
 	case r := <-s.done:
 		return r.d, s.rec, r.err
 	case <-ctx.Done():
-		s.ln.Close()
+		s.abort()
 		return bench.Delivery{}, nil, fmt.Errorf("bench: the TCP side did not see the end of the stream: %w", ctx.Err())
 	}
 }
@@ -190,6 +201,8 @@ func startSinkSide(spec sideSpec) (*sinkSide, error) {
 }
 
 func (s *sinkSide) addr() string { return s.node.Addr() }
+
+func (s *sinkSide) abort() { s.node.Abort() }
 
 func (s *sinkSide) finish(context.Context) (bench.Delivery, *bench.Recorder, error) {
 	s.node.Abort()
@@ -245,6 +258,8 @@ func startEchoSide(ctx context.Context, spec sideSpec) (*echoSide, error) {
 
 func (s *echoSide) addr() string { return s.node.Addr() }
 
+func (s *echoSide) abort() { s.node.Abort() }
+
 func (s *echoSide) finish(context.Context) (bench.Delivery, *bench.Recorder, error) {
 	s.node.Abort()
 	var err error
@@ -292,11 +307,11 @@ func sideReplyOf(d bench.Delivery, rec *bench.Recorder, err error) (sideReply, e
 	return r, err
 }
 
+// close aborts a side that was started and not finished.
 func (h *localHost) close() error {
 	if h.cur != nil {
-		_, _, err := h.cur.finish(context.Background())
+		h.cur.abort()
 		h.cur = nil
-		return err
 	}
 	return nil
 }
