@@ -289,6 +289,7 @@ func (b *bencher) tcpPingPong(ctx context.Context) error {
 	}
 	rec := bench.NewRecorder()
 	var n int64
+	start := time.Now()
 	for end := bench.Now() + int64(b.cfg.duration); bench.Now() < end; n++ {
 		rtt, err := p.Ping()
 		if err != nil {
@@ -302,13 +303,14 @@ func (b *bencher) tcpPingPong(ctx context.Context) error {
 	if _, err := b.host.finish(ctx); err != nil {
 		return fmt.Errorf("pingpong/tcp: %w", err)
 	}
-	return b.add(pingRun("pingpong/tcp", "plain TCP", pid, n, rec))
+	return b.add(pingRun("pingpong/tcp", "plain TCP", pid, n, rec, time.Since(start)))
 }
 
-func pingRun(id, subject string, pid int, n int64, rec *bench.Recorder) bench.Run {
+// pingRun is the run of n round trips recorded into rec over elapsed.
+func pingRun(id, subject string, pid int, n int64, rec *bench.Recorder, elapsed time.Duration) bench.Run {
 	l := rec.Latency()
 	return bench.Run{ID: id, Case: "ping-pong, one message there and back", Subject: subject, PID: pid,
-		Sent:    n,
+		Sent: n, DurationS: elapsed.Seconds(),
 		Figures: map[string]float64{"p50_us": l.P50, "p99_us": l.P99, "p999_us": l.P999}}
 }
 
@@ -343,12 +345,14 @@ func (b *bencher) transportPingPong(ctx context.Context, be string) error {
 	}
 	id := "pingpong/" + be
 	rec := bench.NewRecorder()
+	start := time.Now()
 	n, err := b.pingNodes(ctx, a, addr, pong, rec)
+	elapsed := time.Since(start)
 	_, ferr := b.host.finish(ctx)
 	if err = errors.Join(err, ferr); err != nil {
 		return fmt.Errorf("%s: %w", id, err)
 	}
-	return b.add(pingRun(id, be+" backend", pid, n, rec))
+	return b.add(pingRun(id, be+" backend", pid, n, rec, elapsed))
 }
 
 // pingNodes pings the echo node at addr from a for the duration and
