@@ -18,11 +18,19 @@
 //     timeline.svg. Sweeps over message size and channel count go into a
 //     [SweepReport].
 //
+// Beside the system under test, the package holds the plain-TCP baselines
+// its figures are quoted against (tcp.go: the 64 KiB ideal-batching ceiling,
+// one write per message behind the same fixed-rate driver, a ping-pong
+// echo), each split into a sending and a receiving half so that the halves
+// can run in one process or two, and a [Scorecard]: figures of several runs
+// measured together, each compared with a baseline from the same run, as a
+// ratio with a goal and a verdict (loadgen bench writes one).
+//
 // Latency is always measured from the intended send time, never from the
 // moment the message was actually handed to the transport, so a sender that
 // falls behind schedule shows up as latency instead of silently sending fewer
 // messages (the "coordinated omission" mistake).
 //
-// The package has no transport code and no dependency besides HdrHistogram;
-// SVG charts are written by hand with fmt.
+// The package has no transport code and no dependency besides HdrHistogram
+// and the standard library; SVG charts are written by hand with fmt.
 package bench

@@ -12,6 +12,10 @@ out=results
 go test -run '^$' -bench 'PlainTCP|Transport1Channel$|Transport1ChannelGoroutine|Transport1ChannelRuns64|Transport1ChannelNetBackend|Transport1ChannelTLS|Transport10000Channels|TransportLooseWindow|TransportDataLoss5|TransportPingPong|TransportPingPongNetBackend|TransportFixedRate100k|FixedRate100kDriverAlone|RawSocketFixedRate100k' \
 	-benchtime 3s -count 3 ./transport | tee $out/transport-bench.txt
 
+# Every figure of issue 14 as ratios to baselines measured in the same run,
+# both backends, one process and two (about two minutes).
+$lg bench --out $out/bench
+
 # Throughput by message size, one channel, as fast as the transport allows.
 for size in 16 100 1024; do
 	$lg run --scenario transport --size $size --duration 10s --out $out/transport-max-$size --json > /dev/null

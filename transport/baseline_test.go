@@ -19,60 +19,34 @@ import (
 // time; the writer writes each message with one write system call (the best
 // latency plain TCP offers), and the reader reads frames with io.ReadFull.
 
-// plainTCPPair returns two ends of a loopback TCP connection.
-func plainTCPPair(b *testing.B) (client, server net.Conn) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// plainTCPPair returns two ends of a loopback TCP connection, closed when
+// the benchmark ends.
+func plainTCPPair(b *testing.B) (client, server *net.TCPConn) {
+	client, server, err := bench.TCPPair()
 	if err != nil {
 		b.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			accepted <- nil
-			return
-		}
-		accepted <- c
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	server = <-accepted
-	if server == nil {
-		b.Fatal("accept failed")
 	}
 	b.Cleanup(func() { client.Close(); server.Close() })
 	return client, server
 }
 
 // BenchmarkPlainTCPPingPong is the baseline of BenchmarkTransportPingPong:
-// a 100-byte message there and back over one loopback connection.
+// a 100-byte message there and back over one loopback connection
+// (bench.Pinger, bench.Echo, which loadgen bench runs too).
 func BenchmarkPlainTCPPingPong(b *testing.B) {
 	c, s := plainTCPPair(b)
-	go func() {
-		buf := make([]byte, benchSize)
-		for {
-			if _, err := io.ReadFull(s, buf); err != nil {
-				return
-			}
-			if _, err := s.Write(buf); err != nil {
-				return
-			}
-		}
-	}()
-	msg := make([]byte, benchSize)
+	go func() { _ = bench.Echo(s, benchSize) }()
+	p, err := bench.NewPinger(c, benchSize)
+	if err != nil {
+		b.Fatal(err)
+	}
 	rtts := make([]time.Duration, 0, b.N)
 	for b.Loop() {
-		t0 := time.Now()
-		if _, err := c.Write(msg); err != nil {
+		rtt, err := p.Ping()
+		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := io.ReadFull(c, msg); err != nil {
-			b.Fatal(err)
-		}
-		rtts = append(rtts, time.Since(t0))
+		rtts = append(rtts, rtt)
 	}
 	reportPercentiles(b, rtts)
 }
@@ -80,35 +54,40 @@ func BenchmarkPlainTCPPingPong(b *testing.B) {
 // BenchmarkPlainTCPFixedRate100k is the baseline of
 // BenchmarkTransportFixedRate100k: the same driver and clock send 100-byte
 // messages at 100,000 msgs/s, one write each, and the reader records the
-// latency from each message's intended send time.
+// latency from each message's intended send time (bench.ReadStamped, which
+// loadgen bench runs too).
 func BenchmarkPlainTCPFixedRate100k(b *testing.B) {
 	c, s := plainTCPPair(b)
-	n := b.N
-	lat := make([]time.Duration, 0, n)
-	done := make(chan struct{})
+	rec := bench.NewRecorder()
+	type read struct {
+		d   bench.Delivery
+		err error
+	}
+	done := make(chan read, 1)
 	go func() {
-		defer close(done)
-		buf := make([]byte, benchSize)
-		for len(lat) < n {
-			if _, err := io.ReadFull(s, buf); err != nil {
-				return
-			}
-			lat = append(lat, time.Duration(bench.Now()-int64(binary.LittleEndian.Uint64(buf))))
-		}
+		d, err := bench.ReadStamped(s, benchSize, rec)
+		done <- read{d, err}
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	msg := make([]byte, benchSize)
-	driveFixedRate(ctx, b, 100_000, func(_ context.Context, _ int64, intended int64) error {
-		binary.LittleEndian.PutUint64(msg, uint64(intended))
+	driveFixedRate(ctx, b, 100_000, func(_ context.Context, i int64, intended int64) error {
+		bench.Stamp(msg, intended, uint64(i))
 		_, err := c.Write(msg)
 		return err
 	})
-	<-done
-	if len(lat) != n {
-		b.Fatalf("received %d of %d messages", len(lat), n)
+	c.CloseWrite()
+	r := <-done
+	if r.err != nil {
+		b.Fatal(r.err)
 	}
-	reportPercentiles(b, lat)
+	if !r.d.ExactlyOnce(int64(b.N)) {
+		b.Fatalf("received %+v of %d messages", r.d, b.N)
+	}
+	l := rec.Latency()
+	b.ReportMetric(l.P50, "p50-µs")
+	b.ReportMetric(l.P99, "p99-µs")
+	b.ReportMetric(l.P999, "p99.9-µs")
 }
 
 // BenchmarkFixedRate100kDriverAlone is the floor under both fixed-rate

@@ -1,16 +1,14 @@
 package transport
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/taskid"
 )
 
@@ -22,51 +20,43 @@ const benchSize = 100
 
 // BenchmarkPlainTCPIdealBatching is the baseline: a writer fills 64 KiB
 // buffers with 4-byte length prefixed messages and writes them; a reader
-// parses every message.
+// parses and checks every message (bench.PackedWriter, bench.ReadPacked,
+// which loadgen bench runs too).
 func BenchmarkPlainTCPIdealBatching(b *testing.B) {
 	c, s := plainTCPPair(b)
-	got := make(chan int64, 1)
+	type read struct {
+		d   bench.Delivery
+		err error
+	}
+	got := make(chan read, 1)
 	go func() {
-		r := bufio.NewReaderSize(s, 64<<10)
-		var n int64
-		var hdr [4]byte
-		for {
-			if _, err := io.ReadFull(r, hdr[:]); err != nil {
-				got <- n
-				return
-			}
-			l := int(binary.BigEndian.Uint32(hdr[:]))
-			if _, err := r.Discard(l); err != nil {
-				got <- n
-				return
-			}
-			n++
-		}
+		d, err := bench.ReadPacked(s, benchSize)
+		got <- read{d, err}
 	}()
-	msg := make([]byte, benchSize)
-	buf := make([]byte, 0, 64<<10)
+	w, err := bench.NewPackedWriter(c, benchSize)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.SetBytes(benchSize)
 	b.ReportAllocs()
 	start := time.Now()
 	for b.Loop() {
-		if len(buf)+4+benchSize > cap(buf) {
-			if _, err := c.Write(buf); err != nil {
-				b.Fatal(err)
-			}
-			buf = buf[:0]
+		if err := w.Add(0); err != nil {
+			b.Fatal(err)
 		}
-		buf = binary.BigEndian.AppendUint32(buf, benchSize)
-		buf = append(buf, msg...)
 	}
-	if _, err := c.Write(buf); err != nil {
+	if err := w.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	c.Close()
-	n := <-got
-	if n != int64(b.N) {
-		b.Fatalf("received %d of %d", n, b.N)
+	c.CloseWrite()
+	r := <-got
+	if r.err != nil {
+		b.Fatal(r.err)
 	}
-	b.ReportMetric(float64(n)/time.Since(start).Seconds(), "msgs/s")
+	if !r.d.ExactlyOnce(int64(b.N)) {
+		b.Fatalf("received %+v of %d", r.d, b.N)
+	}
+	b.ReportMetric(float64(r.d.Delivered)/time.Since(start).Seconds(), "msgs/s")
 }
 
 // benchPair starts a receiving and a sending node, counts what the receiver

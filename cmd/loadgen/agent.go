@@ -559,7 +559,9 @@ func (r *agentRun) send(ctx context.Context, startAt int64) agentDone {
 	case r.plan.Messages > 0:
 		done.Sent, err = sendCount(ctx, cfg, r.plan.Messages, r.senders)
 	case cfg.rate > 0:
-		done.Sent, err = sendFixedRate(ctx, cfg, r.senders)
+		var res bench.Result
+		res, err = sendFixedRate(ctx, cfg, r.senders)
+		done.Sent = res.Sent
 	default:
 		done.Sent, err = sendMaxRate(ctx, cfg, r.senders)
 	}

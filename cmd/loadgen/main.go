@@ -10,6 +10,7 @@
 //	loadgen agent [flags]        run parts of a scenario for loadgen coordinate
 //	loadgen coordinate [flags]   run a scenario across hosts on agents and merge their reports
 //	loadgen stat --node ADDR     show a live table of the counters a --metrics ADDR endpoint serves
+//	loadgen bench [flags]        every figure of issue 14 as ratios to baselines measured in the same run
 //
 // Each command's -h lists its flags.
 package main
@@ -37,6 +38,9 @@ Usage:
   loadgen coordinate --agents A,B [flags]   run a scenario across hosts on agents, merge their reports
   loadgen stat  --node ADDR   a live table of the counters a run, serve, send or agent with --metrics ADDR serves
   loadgen node  [flags]   a worker process of a multi-process engine run (started by 'run --nodes N')
+  loadgen bench [flags]   check a machine in about two minutes: throughput, fixed-rate latency and ping-pong of both
+                          backends, in one process and in two, each as a ratio to plain TCP measured in the same run
+  loadgen benchpeer       the second process of 'loadgen bench' (started by it)
 
 Run 'loadgen <command> -h' for the flags of a command.
 Reports go to --out (default results/local/): report.json, report.md, latency.hgrm, SVG charts.
@@ -90,6 +94,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return coordinateCmd(ctx, args[1:], stdout, stderr)
 	case "stat":
 		return statCmd(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return benchCmd(ctx, args[1:], stdout, stderr)
+	case "benchpeer":
+		return benchPeerCmd(ctx, args[1:], os.Stdin, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

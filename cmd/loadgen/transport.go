@@ -271,7 +271,9 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	var sent int64
 	var sendErr error
 	if cfg.rate > 0 {
-		sent, sendErr = sendFixedRate(ctx, cfg, senders)
+		var res bench.Result
+		res, sendErr = sendFixedRate(ctx, cfg, senders)
+		sent = res.Sent
 	} else {
 		sent, sendErr = sendMaxRate(ctx, cfg, senders)
 	}
@@ -421,8 +423,9 @@ func (p *payloadSource) stamp(run []transport.Message, ch int, intended int64) {
 }
 
 // sendFixedRate sends message i at its intended time start+i/rate, on
-// channel i mod channels, measuring latency from that time.
-func sendFixedRate(ctx context.Context, cfg transportConfig, senders []*transport.Sender) (int64, error) {
+// channel i mod channels, measuring latency from that time. The driver's
+// Result says how far it fell behind its schedule.
+func sendFixedRate(ctx context.Context, cfg transportConfig, senders []*transport.Sender) (bench.Result, error) {
 	src := newPayloadSource(cfg.size, len(senders))
 	// The driver sleeps on timers and sends what fell due in a burst rather
 	// than spinning: on two cores a spinning driver takes the CPU the
@@ -436,7 +439,7 @@ func sendFixedRate(ctx context.Context, cfg transportConfig, senders []*transpor
 		src.seqs[ch]++
 		return nil
 	})
-	return res.Sent, err
+	return res, err
 }
 
 // sendMaxRate sends as fast as the transport takes messages. Producers

@@ -1,0 +1,175 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestGoalMet(t *testing.T) {
+	for _, c := range []struct {
+		goal         Goal
+		value, ratio float64
+		met          bool
+	}{
+		{Goal{"ratio", ">=", 0.8}, 5, 0.8, true},
+		{Goal{"ratio", ">=", 0.8}, 5, 0.79, false},
+		{Goal{"ratio", "<=", 2}, 1, 2, true},
+		{Goal{"ratio", "<=", 2}, 1, 2.01, false},
+		{Goal{"value", "<=", 1000}, 1000, 99, true},
+		{Goal{"value", "<=", 1000}, 1000.5, 0.1, false},
+		{Goal{"value", ">=", 10}, 9, 100, false},
+		{Goal{"ratio", "<=", 2}, 1, math.Inf(1), false}, // a zero baseline never meets a goal
+		{Goal{"ratio", ">=", 0.8}, 1, math.Inf(1), false},
+		{Goal{"ratio", ">=", 0.8}, 1, math.NaN(), false},
+	} {
+		if got := c.goal.Met(c.value, c.ratio); got != c.met {
+			t.Errorf("%+v with value %v ratio %v: met %v, want %v", c.goal, c.value, c.ratio, got, c.met)
+		}
+	}
+}
+
+func testScorecard(t *testing.T) *Scorecard {
+	t.Helper()
+	s := NewScorecard("test", map[string]any{"size": 100})
+	yes, no := true, false
+	for _, r := range []Run{
+		{ID: "tcp", Topology: "one process", Case: "ceiling", Subject: "plain TCP", Figures: map[string]float64{"msgs_per_s": 10e6, "p99_us": 50}},
+		{ID: "a", Topology: "one process", Case: "max", Subject: "default backend", Figures: map[string]float64{"msgs_per_s": 9e6, "p99_us": 1500},
+			Sent: 10, Delivery: &Delivery{Delivered: 10}, ExactlyOnce: &yes},
+		{ID: "zero", Topology: "one process", Figures: map[string]float64{"msgs_per_s": 0}},
+	} {
+		if err := s.AddRun(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !s.ExactlyOnce {
+		t.Fatal("a scorecard of exactly-once runs is not exactly once")
+	}
+	if err := s.AddRun(Run{ID: "lost", Sent: 2, Delivery: &Delivery{Delivered: 1, Missing: 1}, ExactlyOnce: &no}); err != nil {
+		t.Fatal(err)
+	}
+	if s.ExactlyOnce {
+		t.Error("a run that lost a message left the scorecard exactly once")
+	}
+	return s
+}
+
+func TestScorecardCompare(t *testing.T) {
+	s := testScorecard(t)
+	tput := &Goal{"ratio", ">=", 0.8}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(s.Compare("ceiling", Ref{"tcp", "msgs_per_s"}, nil, "", nil))
+	must(s.Compare("a vs ceiling", Ref{"a", "msgs_per_s"}, &Ref{"tcp", "msgs_per_s"}, "TCP", tput))
+	must(s.Compare("a p99", Ref{"a", "p99_us"}, &Ref{"tcp", "p99_us"}, "TCP", &Goal{"value", "<=", 1000}))
+	must(s.Compare("a vs zero", Ref{"a", "msgs_per_s"}, &Ref{"zero", "msgs_per_s"}, "nothing", tput))
+	want := []struct {
+		value, base, ratio float64
+		met                *bool
+	}{
+		{10e6, 0, 0, nil},
+		{9e6, 10e6, 0.9, ptr(true)},
+		{1500, 50, 30, ptr(false)},
+		{9e6, 0, math.Inf(1), ptr(false)},
+	}
+	for i, w := range want {
+		r := s.Rows[i]
+		if r.Value != w.value || r.BaselineValue != w.base || r.Ratio != w.ratio || (r.Met == nil) != (w.met == nil) || (r.Met != nil && *r.Met != *w.met) {
+			t.Errorf("row %d %q: value %v base %v ratio %v met %v; want %v %v %v %v", i, r.What, r.Value, r.BaselineValue, r.Ratio, r.Met, w.value, w.base, w.ratio, w.met)
+		}
+	}
+	if s.Goals != 3 || s.GoalsMet != 1 {
+		t.Errorf("%d of %d goals met, want 1 of 3", s.GoalsMet, s.Goals)
+	}
+
+	for _, bad := range []struct {
+		name string
+		fig  Ref
+		base *Ref
+		goal *Goal
+	}{
+		{"an unknown run", Ref{"nope", "msgs_per_s"}, nil, nil},
+		{"an unknown metric", Ref{"a", "p12_us"}, nil, nil},
+		{"an unknown baseline", Ref{"a", "p99_us"}, &Ref{"tcp", "p12_us"}, nil},
+		{"a ratio goal without a baseline", Ref{"a", "p99_us"}, nil, &Goal{"ratio", "<=", 2}},
+		{"a goal on nothing", Ref{"a", "p99_us"}, nil, &Goal{"speed", "<=", 2}},
+		{"a goal without an operator", Ref{"a", "p99_us"}, nil, &Goal{"value", "<", 2}},
+		{"an infinite limit", Ref{"a", "p99_us"}, nil, &Goal{"value", "<=", math.Inf(1)}},
+	} {
+		n := len(s.Rows)
+		err := s.Compare(bad.name, bad.fig, bad.base, "", bad.goal)
+		if err == nil || len(s.Rows) != n {
+			t.Errorf("%s: error %v and %d rows added", bad.name, err, len(s.Rows)-n)
+		}
+		if bad.goal != nil && !errors.Is(err, ErrBadGoal) {
+			t.Errorf("%s: error %v, want ErrBadGoal", bad.name, err)
+		}
+	}
+	if err := s.AddRun(Run{ID: "a"}); err == nil {
+		t.Error("a second run with the same ID was accepted")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// What WriteScorecard writes reads back to the same rows, a ratio against
+// a zero baseline included, and the text and Markdown say every verdict.
+func TestScorecardRoundTrip(t *testing.T) {
+	s := testScorecard(t)
+	_ = s.Compare("a vs ceiling", Ref{"a", "msgs_per_s"}, &Ref{"tcp", "msgs_per_s"}, "TCP", &Goal{"ratio", ">=", 0.8})
+	_ = s.Compare("a p99", Ref{"a", "p99_us"}, &Ref{"tcp", "p99_us"}, "TCP", &Goal{"value", "<=", 1000})
+	_ = s.Compare("a vs zero", Ref{"a", "msgs_per_s"}, &Ref{"zero", "msgs_per_s"}, "nothing", nil)
+	dir := t.TempDir()
+	if err := WriteScorecard(dir, "bench", s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadScorecard(filepath.Join(dir, "bench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Rows) != len(s.Rows) {
+		t.Fatalf("%d rows read back, %d written", len(got.Rows), len(s.Rows))
+	}
+	for i := range s.Rows {
+		a, b := s.Rows[i], got.Rows[i]
+		if a.Value != b.Value || a.BaselineValue != b.BaselineValue || a.Ratio != b.Ratio || (a.Met == nil) != (b.Met == nil) || a.GoalText != b.GoalText {
+			t.Errorf("row %d: wrote %+v, read %+v", i, a, b)
+		}
+	}
+	if got.ExactlyOnce || got.Goals != 2 || got.GoalsMet != 1 {
+		t.Errorf("read back exactly once %v, %d of %d goals", got.ExactlyOnce, got.GoalsMet, got.Goals)
+	}
+	var text, md bytes.Buffer
+	if err := s.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"0.90 x", ">= 0.80 x", "<= 1.00 ms", "NOT met", "n/a", "NOT exactly once", "goals met: 1 of 2"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the text does not say %q:\n%s", want, text.String())
+		}
+	}
+	for _, want := range []string{"| one process | a vs ceiling | 9.00 Mmsgs/s | TCP 10.0 Mmsgs/s | 0.90 x | >= 0.80 x | met |", "**NOT met**", "**1 of 2**"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("the Markdown does not say %q:\n%s", want, md.String())
+		}
+	}
+	if _, err := ReadScorecard(filepath.Join(dir, "bench.md")); err == nil {
+		t.Error("Markdown read as a scorecard")
+	}
+	var r Row
+	if err := json.Unmarshal([]byte(`{"value":1,"ratio":"fast"}`), &r); err == nil {
+		t.Error("a row with a string ratio was read")
+	}
+}

@@ -1,0 +1,303 @@
+package bench
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// The plain-TCP baselines: what one loopback TCP connection does with the
+// same messages, measured in the same run as the system under test, so that
+// its figures can be quoted as ratios. Three shapes, each split into a
+// sending and a receiving half so that the halves can live in one process or
+// in two:
+//
+//   - the throughput ceiling: a [PackedWriter] fills 64 KiB buffers with
+//     length-prefixed messages and writes each with one call; [ReadPacked]
+//     reads 64 KiB at a time and parses and checks every message;
+//   - fixed-rate latency: the sender writes each [Stamp]ed message with one
+//     write (the best latency plain TCP offers) when a [FixedRate] driver
+//     says it is due; [ReadStamped] records Now()-intended for each;
+//   - ping-pong: a [Pinger] writes one message and waits for [Echo] to send
+//     it back.
+//
+// Every message carries, in its first [StampLen] bytes, its intended send
+// time (little-endian int64, [Now] nanoseconds) and its sequence number
+// (little-endian uint64, from 0), the layout loadgen's transport payloads use
+// too. Messages are at least StampLen bytes long.
+
+// StampLen is the bytes at the start of a message that carry its intended
+// send time and its sequence number.
+const StampLen = 16
+
+// packedBuffer is the write and read size of the throughput ceiling.
+const packedBuffer = 64 << 10
+
+// ErrBadMessage is returned by the readers when a message is not what the
+// writers write: a length other than the agreed size, or a truncated stream.
+var ErrBadMessage = errors.New("bench: malformed baseline message")
+
+// ErrBadEcho is returned by [Pinger.Ping] when the answer is not the message
+// it sent.
+var ErrBadEcho = errors.New("bench: the echo is not the message sent")
+
+// Stamp writes intended and seq into the first [StampLen] bytes of msg.
+func Stamp(msg []byte, intended int64, seq uint64) {
+	binary.LittleEndian.PutUint64(msg, uint64(intended))
+	binary.LittleEndian.PutUint64(msg[8:], seq)
+}
+
+// Stamped returns what [Stamp] wrote into msg.
+func Stamped(msg []byte) (intended int64, seq uint64) {
+	return int64(binary.LittleEndian.Uint64(msg)), binary.LittleEndian.Uint64(msg[8:])
+}
+
+// checkSize refuses message sizes the baselines cannot carry.
+func checkSize(size int) error {
+	if size < StampLen || size > packedBuffer-4 {
+		return fmt.Errorf("bench: message size %d out of range: want %d to %d bytes", size, StampLen, packedBuffer-4)
+	}
+	return nil
+}
+
+// Delivery is what a receiving half found: messages in order, repeated or
+// missing by their sequence numbers, and when the last one arrived.
+type Delivery struct {
+	// Delivered counts messages received for the first time.
+	Delivered int64 `json:"delivered"`
+	// Duplicates counts messages whose sequence number was already seen.
+	Duplicates int64 `json:"duplicates"`
+	// Missing counts sequence numbers skipped.
+	Missing int64 `json:"missing"`
+	// LastNS is [Now] when the last message arrived (0 if none did).
+	LastNS int64 `json:"last_ns"`
+	next   uint64
+}
+
+// observe checks one sequence number.
+func (d *Delivery) observe(seq uint64) {
+	switch {
+	case seq == d.next:
+		d.next++
+		d.Delivered++
+	case seq < d.next:
+		d.Duplicates++
+	default:
+		d.Missing += int64(seq - d.next)
+		d.next = seq + 1
+		d.Delivered++
+	}
+}
+
+// ExactlyOnce reports whether sent messages arrived, each exactly once.
+func (d Delivery) ExactlyOnce(sent int64) bool {
+	return d.Delivered == sent && d.Duplicates == 0 && d.Missing == 0
+}
+
+// TCPPair returns both ends of a fresh loopback TCP connection. Closing them
+// is the caller's.
+func TCPPair() (client, server *net.TCPConn, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
+	type accepted struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan accepted, 1)
+	go func() {
+		c, err := ln.Accept()
+		ch <- accepted{c, err}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return nil, nil, err
+	}
+	a := <-ch
+	if a.err != nil {
+		c.Close()
+		return nil, nil, a.err
+	}
+	return c.(*net.TCPConn), a.c.(*net.TCPConn), nil
+}
+
+// PackedWriter is the sending half of the throughput ceiling: it appends
+// length-prefixed (4 bytes, big-endian) messages of one size to a 64 KiB
+// buffer and writes the buffer with one call when the next message would
+// not fit. It is not safe for concurrent use.
+type PackedWriter struct {
+	w    io.Writer
+	buf  []byte
+	msg  []byte
+	sent int64
+}
+
+// NewPackedWriter returns a PackedWriter of size-byte messages to w.
+func NewPackedWriter(w io.Writer, size int) (*PackedWriter, error) {
+	if err := checkSize(size); err != nil {
+		return nil, err
+	}
+	msg := make([]byte, size)
+	for i := StampLen; i < size; i++ {
+		msg[i] = byte('a' + i%26)
+	}
+	return &PackedWriter{w: w, buf: make([]byte, 0, packedBuffer), msg: msg}, nil
+}
+
+// Add appends the next message, writing the buffer first if it is full.
+// intended is carried in the message for whoever wants it.
+func (p *PackedWriter) Add(intended int64) error {
+	if len(p.buf)+4+len(p.msg) > cap(p.buf) {
+		if err := p.Flush(); err != nil {
+			return err
+		}
+	}
+	Stamp(p.msg, intended, uint64(p.sent))
+	p.buf = binary.BigEndian.AppendUint32(p.buf, uint32(len(p.msg)))
+	p.buf = append(p.buf, p.msg...)
+	p.sent++
+	return nil
+}
+
+// Flush writes what the buffer holds.
+func (p *PackedWriter) Flush() error {
+	if len(p.buf) == 0 {
+		return nil
+	}
+	_, err := p.w.Write(p.buf)
+	p.buf = p.buf[:0]
+	return err
+}
+
+// Sent returns how many messages were added.
+func (p *PackedWriter) Sent() int64 { return p.sent }
+
+// ReadPacked is the receiving half of the throughput ceiling: it reads what
+// a [PackedWriter] of size-byte messages wrote, 64 KiB at a time, until EOF,
+// and checks every message's length and sequence number. It fails with
+// [ErrBadMessage] on a wrong length or a stream that ends mid-message.
+func ReadPacked(r io.Reader, size int) (Delivery, error) {
+	var d Delivery
+	if err := checkSize(size); err != nil {
+		return d, err
+	}
+	buf := make([]byte, packedBuffer)
+	have := 0
+	for {
+		n, rerr := r.Read(buf[have:])
+		if n > 0 {
+			d.LastNS = Now()
+		}
+		have += n
+		used := 0
+		for have-used >= 4 {
+			l := int(binary.BigEndian.Uint32(buf[used:]))
+			if l != size {
+				return d, fmt.Errorf("%w: length %d, want %d", ErrBadMessage, l, size)
+			}
+			if have-used < 4+l {
+				break
+			}
+			_, seq := Stamped(buf[used+4:])
+			d.observe(seq)
+			used += 4 + l
+		}
+		have = copy(buf, buf[used:have])
+		switch {
+		case rerr == io.EOF && have != 0:
+			return d, fmt.Errorf("%w: the stream ends %d bytes into a message", ErrBadMessage, have)
+		case rerr == io.EOF:
+			return d, nil
+		case rerr != nil:
+			return d, rerr
+		}
+	}
+}
+
+// ReadStamped is the receiving half of the fixed-rate baseline: it reads
+// size-byte [Stamp]ed messages from r until EOF, checks their sequence
+// numbers, and records each one's Now()-intended into rec.
+func ReadStamped(r io.Reader, size int, rec *Recorder) (Delivery, error) {
+	var d Delivery
+	if err := checkSize(size); err != nil {
+		return d, err
+	}
+	buf := make([]byte, size)
+	for {
+		if _, err := io.ReadFull(r, buf); err != nil {
+			switch {
+			case err == io.EOF:
+				return d, nil
+			case errors.Is(err, io.ErrUnexpectedEOF):
+				return d, fmt.Errorf("%w: the stream ends mid-message", ErrBadMessage)
+			}
+			return d, err
+		}
+		now := Now()
+		intended, seq := Stamped(buf)
+		rec.Record(now - intended)
+		d.LastNS = now
+		d.observe(seq)
+	}
+}
+
+// Echo is the far half of the ping-pong baseline: it reads size-byte
+// messages from rw and writes each back, until EOF.
+func Echo(rw io.ReadWriter, size int) error {
+	if err := checkSize(size); err != nil {
+		return err
+	}
+	buf := make([]byte, size)
+	for {
+		if _, err := io.ReadFull(rw, buf); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		if _, err := rw.Write(buf); err != nil {
+			return err
+		}
+	}
+}
+
+// Pinger is the near half of the ping-pong baseline: each Ping writes one
+// size-byte message and waits until [Echo] has sent it back. It is not safe
+// for concurrent use.
+type Pinger struct {
+	rw         io.ReadWriter
+	ping, pong []byte
+	seq        uint64
+}
+
+// NewPinger returns a Pinger of size-byte messages over rw.
+func NewPinger(rw io.ReadWriter, size int) (*Pinger, error) {
+	if err := checkSize(size); err != nil {
+		return nil, err
+	}
+	return &Pinger{rw: rw, ping: make([]byte, size), pong: make([]byte, size)}, nil
+}
+
+// Ping sends one message, waits for its echo, checks it, and returns the
+// round trip.
+func (p *Pinger) Ping() (time.Duration, error) {
+	t0 := Now()
+	Stamp(p.ping, t0, p.seq)
+	p.seq++
+	if _, err := p.rw.Write(p.ping); err != nil {
+		return 0, err
+	}
+	if _, err := io.ReadFull(p.rw, p.pong); err != nil {
+		return 0, err
+	}
+	rtt := time.Duration(Now() - t0)
+	if string(p.pong) != string(p.ping) {
+		return rtt, ErrBadEcho
+	}
+	return rtt, nil
+}

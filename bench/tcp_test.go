@@ -1,0 +1,205 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"testing"
+	"testing/iotest"
+)
+
+// packed returns the stream a PackedWriter of size-byte messages writes for
+// the sequence numbers seqs, encoded here by hand.
+func packed(size int, seqs ...uint64) []byte {
+	var b []byte
+	for _, s := range seqs {
+		b = binary.BigEndian.AppendUint32(b, uint32(size))
+		msg := make([]byte, size)
+		binary.LittleEndian.PutUint64(msg[8:], s)
+		b = append(b, msg...)
+	}
+	return b
+}
+
+func TestPackedRoundTrip(t *testing.T) {
+	const n, size = 3000, 100 // several 64 KiB buffers
+	var buf bytes.Buffer
+	w, err := NewPackedWriter(&buf, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writes := 0
+	counting := writerFunc(func(p []byte) (int, error) { writes++; return buf.Write(p) })
+	w.w = counting
+	for range n {
+		if err := w.Add(42); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Len() != n*(4+size) {
+		t.Fatalf("wrote %d bytes, want %d", buf.Len(), n*(4+size))
+	}
+	if want := (n*(4+size) + packedBuffer - 1) / packedBuffer; writes > want+1 {
+		t.Errorf("%d writes for %d bytes: not batched", writes, buf.Len())
+	}
+	// Read back a byte at a time too: messages split across reads.
+	for _, r := range []io.Reader{bytes.NewReader(buf.Bytes()), iotest.OneByteReader(bytes.NewReader(buf.Bytes()))} {
+		d, err := ReadPacked(r, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.ExactlyOnce(n) || d.LastNS == 0 {
+			t.Errorf("read %+v, want %d exactly once", d, n)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func TestReadPackedFindsBadStreams(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		stream []byte
+		want   Delivery
+		err    error
+	}{
+		{"in order", packed(16, 0, 1, 2), Delivery{Delivered: 3}, nil},
+		{"a repeat", packed(16, 0, 1, 1, 2), Delivery{Delivered: 3, Duplicates: 1}, nil},
+		{"a gap", packed(16, 0, 3, 4), Delivery{Delivered: 3, Missing: 2}, nil},
+		{"a wrong length", append(packed(16, 0), packed(17, 1)...), Delivery{Delivered: 1}, ErrBadMessage},
+		{"a cut message", packed(16, 0, 1)[:30], Delivery{Delivered: 1}, ErrBadMessage},
+		{"a cut length", packed(16, 0, 1)[:22], Delivery{Delivered: 1}, ErrBadMessage},
+		{"nothing", nil, Delivery{}, nil},
+	} {
+		d, err := ReadPacked(bytes.NewReader(c.stream), 16)
+		if !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
+			t.Errorf("%s: error %v, want %v", c.name, err, c.err)
+		}
+		d.LastNS, d.next = 0, 0
+		if d != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, d, c.want)
+		}
+	}
+	if d, _ := ReadPacked(bytes.NewReader(packed(16, 0, 1, 1, 2)), 16); d.ExactlyOnce(3) {
+		t.Error("a stream with a repeat counts as exactly once")
+	}
+}
+
+func TestBaselinesRefuseBadSizes(t *testing.T) {
+	for _, size := range []int{-1, 0, StampLen - 1, packedBuffer} {
+		if _, err := NewPackedWriter(io.Discard, size); err == nil {
+			t.Errorf("NewPackedWriter(%d) accepted", size)
+		}
+		if _, err := ReadPacked(bytes.NewReader(nil), size); err == nil {
+			t.Errorf("ReadPacked(%d) accepted", size)
+		}
+		if _, err := ReadStamped(bytes.NewReader(nil), size, NewRecorder()); err == nil {
+			t.Errorf("ReadStamped(%d) accepted", size)
+		}
+		if err := Echo(&bytes.Buffer{}, size); err == nil {
+			t.Errorf("Echo(%d) accepted", size)
+		}
+		if _, err := NewPinger(&bytes.Buffer{}, size); err == nil {
+			t.Errorf("NewPinger(%d) accepted", size)
+		}
+	}
+}
+
+func TestReadStamped(t *testing.T) {
+	var stream []byte
+	now := Now()
+	for i, lateNS := range []int64{1_000, 2_000_000, 3_000_000} {
+		msg := make([]byte, 20)
+		Stamp(msg, now-lateNS, uint64(i))
+		stream = append(stream, msg...)
+	}
+	rec := NewRecorder()
+	d, err := ReadStamped(bytes.NewReader(stream), 20, rec)
+	if err != nil || !d.ExactlyOnce(3) {
+		t.Fatalf("read %+v, %v", d, err)
+	}
+	// Each latency is at least how late it was stamped, and the reader's
+	// clock moved on by less than a second.
+	l := rec.Latency()
+	if rec.Count() != 3 || l.Max < 3000 || l.Max > 1_003_000 || l.P50 < 2000 {
+		t.Errorf("recorded %d latencies, %+v µs", rec.Count(), l)
+	}
+	if _, err := ReadStamped(bytes.NewReader(stream[:50]), 20, NewRecorder()); !errors.Is(err, ErrBadMessage) {
+		t.Errorf("a cut stream: %v, want ErrBadMessage", err)
+	}
+}
+
+func TestPingPongOverTCP(t *testing.T) {
+	c, s, err := TCPPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer s.Close()
+	echoed := make(chan error, 1)
+	go func() { echoed <- Echo(s, 32) }()
+	p, err := NewPinger(c, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if rtt, err := p.Ping(); err != nil || rtt <= 0 {
+			t.Fatalf("ping: %v, %v", rtt, err)
+		}
+	}
+	c.CloseWrite()
+	if err := <-echoed; err != nil {
+		t.Errorf("echo: %v", err)
+	}
+}
+
+// An echo that changes the message is caught.
+func TestPingerCatchesABadEcho(t *testing.T) {
+	c, s, err := TCPPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer s.Close()
+	go func() {
+		buf := make([]byte, 32)
+		for {
+			if _, err := io.ReadFull(s, buf); err != nil {
+				return
+			}
+			buf[20] ^= 1
+			if _, err := s.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	p, _ := NewPinger(c, 32)
+	if _, err := p.Ping(); !errors.Is(err, ErrBadEcho) {
+		t.Errorf("a changed echo: %v, want ErrBadEcho", err)
+	}
+}
+
+// FuzzReadPacked feeds ReadPacked arbitrary streams: it never panics,
+// reports a malformed stream as ErrBadMessage, and never counts more
+// messages than the stream could hold.
+func FuzzReadPacked(f *testing.F) {
+	f.Add(packed(16, 0, 1, 2), 16)
+	f.Add(packed(16, 0, 5, 5, 1), 16)
+	f.Add(packed(20, 0, 1)[:30], 20)
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff}, 16)
+	f.Fuzz(func(t *testing.T, stream []byte, size int) {
+		d, err := ReadPacked(iotest.HalfReader(bytes.NewReader(stream)), size)
+		if err != nil && checkSize(size) == nil && !errors.Is(err, ErrBadMessage) {
+			t.Fatalf("error %v is not ErrBadMessage", err)
+		}
+		if size > 0 && d.Delivered+d.Duplicates > int64(len(stream)/(4+size)) {
+			t.Fatalf("%+v from %d bytes of %d-byte messages", d, len(stream), size)
+		}
+	})
+}

@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/bench"
+)
+
+// loadgen bench: every figure of issue 14 in one run, each as a ratio to a
+// plain-TCP baseline (or the other backend) measured in the same run, with
+// its goal and whether it was met.
+
+// benchConfig is loadgen bench's configuration.
+type benchConfig struct {
+	size       int
+	duration   time.Duration
+	rate       float64
+	topologies string
+	out        string
+	json       bool
+}
+
+// Topologies.
+const (
+	topoOne = "one process"
+	topoTwo = "two processes"
+)
+
+// The goals of issue 14.
+var (
+	goalThroughput = bench.Goal{On: "ratio", Op: ">=", Limit: 0.8}  // of the plain-TCP ceiling
+	goalFixedP99   = bench.Goal{On: "value", Op: "<=", Limit: 1000} // µs
+	goalFixedP999  = bench.Goal{On: "value", Op: "<=", Limit: 2000} // µs
+	goalFixedVsNet = bench.Goal{On: "ratio", Op: "<=", Limit: 1.25} // of the net backend's p99
+	goalPingP50    = bench.Goal{On: "ratio", Op: "<=", Limit: 2}    // of plain TCP's
+	goalPingP99    = bench.Goal{On: "ratio", Op: "<=", Limit: 4}    // of plain TCP's
+)
+
+func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench", "Measures, in one run, the transport's throughput (one channel at full speed: runs as\n"+
+		"'loadgen run --scenario transport' sends them, and one Send per message), its latency at a fixed rate, and\n"+
+		"its ping-pong round trip, for the default and the net backend, each beside plain TCP measured in the same run\n"+
+		"(the 64 KiB ideal-batching ceiling; the same fixed-rate driver writing each message; a TCP echo), in one\n"+
+		"process and across two (this binary re-executed as 'loadgen benchpeer' hosts the receiving end). Prints every\n"+
+		"figure with its baseline, the ratio, the goal of issue 14 and whether it was met, and writes bench.json and\n"+
+		"bench.md to --out.", stderr)
+	var c benchConfig
+	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each of the 20 cases runs (10 per topology)")
+	fs.Float64Var(&c.rate, "rate", 100_000, "messages per second of the fixed-rate cases")
+	fs.StringVar(&c.topologies, "topology", "both", "which topologies to measure: one (two nodes in one process), two (two processes) or both")
+	fs.StringVar(&c.out, "out", filepath.Join("results", "local", "bench"), "directory for bench.json and bench.md")
+	fs.BoolVar(&c.json, "json", false, "print the scorecard as one JSON object on the last line of stdout")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+	}
+	var topos []string
+	switch c.topologies {
+	case "one":
+		topos = []string{topoOne}
+	case "two":
+		topos = []string{topoTwo}
+	case "both":
+		topos = []string{topoOne, topoTwo}
+	default:
+		return fmt.Errorf("--topology must be one, two or both, got %q", c.topologies)
+	}
+	switch {
+	case c.size < headerLen || c.size > 64<<10-4:
+		return fmt.Errorf("--size %d: want %d to %d bytes", c.size, headerLen, 64<<10-4)
+	case c.duration <= 0:
+		return fmt.Errorf("--duration must be positive, got %v", c.duration)
+	case !(c.rate > 0) || math.IsInf(c.rate, 0):
+		return fmt.Errorf("--rate must be a positive number, got %v", c.rate)
+	}
+
+	sc := bench.NewScorecard(fmt.Sprintf("loadgen bench: %d B messages, one channel", c.size), map[string]any{
+		"size": c.size, "duration_per_case": c.duration.String(), "fixed_rate": c.rate, "topologies": topos,
+	})
+	sc.Notes = append(sc.Notes,
+		"throughput is messages delivered and checked by the receiver divided by the time from the first send to the last delivery",
+		"the receiving transport tasks run inline (Node.HandleInline) in the throughput and fixed-rate cases, as loadgen run --scenario transport does by default; the ping-pong tasks run on their own goroutines (Node.Handle), as BenchmarkTransportPingPong does",
+		"the fixed-rate driver sleeps on timers and sends what fell due in a burst (bench.FixedRate, RealClock{}), for the transport and plain TCP alike; latency is from each message's intended send time",
+		"two processes: this binary re-executed as 'loadgen benchpeer' (os.Executable) hosts the receiving node, TCP reader or echo; it is driven over a pipe of JSON lines",
+		"goals are the default backend's (issue 14); the net backend's rows are for comparison")
+	fmt.Fprintf(stderr, "loadgen bench: %s; %d cases of %v each\n", sc.Machine, 10*len(topos), c.duration)
+	start := time.Now()
+	for _, topo := range topos {
+		if err := benchTopology(ctx, c, topo, sc, stderr); err != nil {
+			return err
+		}
+	}
+	sc.DurationS = time.Since(start).Seconds()
+	if err := sc.WriteText(stdout); err != nil {
+		return err
+	}
+	if err := bench.WriteScorecard(c.out, "bench", sc); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "loadgen bench: wrote %s and %s\n", filepath.Join(c.out, "bench.json"), filepath.Join(c.out, "bench.md"))
+	if c.json {
+		b, err := json.Marshal(sc)
+		if err != nil {
+			return fmt.Errorf("bench: encoding the scorecard: %w", err)
+		}
+		if _, err := stdout.Write(append(b, '\n')); err != nil {
+			return err
+		}
+	}
+	if !sc.ExactlyOnce {
+		return errFailed
+	}
+	return nil
+}
+
+// benchTopology measures the ten cases of one topology and adds their runs
+// and rows to sc.
+func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Scorecard, stderr io.Writer) error {
+	var h host = &localHost{}
+	prefix := "1p/"
+	if topo == topoTwo {
+		ch, err := startChildHost(stderr)
+		if err != nil {
+			return err
+		}
+		h, prefix = ch, "2p/"
+	}
+	defer h.close()
+	b := &bencher{cfg: c, host: h, topo: topo, prefix: prefix, sc: sc, stderr: stderr}
+	steps := []func(context.Context) error{
+		b.tcpCeiling,
+		func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, true) },
+		func(ctx context.Context) error { return b.transportMax(ctx, backendNet, true) },
+		func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, false) },
+		func(ctx context.Context) error { return b.transportMax(ctx, backendNet, false) },
+		b.tcpFixed,
+		func(ctx context.Context) error { return b.transportFixed(ctx, backendDefault) },
+		func(ctx context.Context) error { return b.transportFixed(ctx, backendNet) },
+		b.tcpPingPong,
+		func(ctx context.Context) error { return b.transportPingPong(ctx, backendDefault) },
+		func(ctx context.Context) error { return b.transportPingPong(ctx, backendNet) },
+	}
+	for _, step := range steps {
+		cctx, cancel := context.WithTimeout(ctx, 3*c.duration+time.Minute)
+		err := step(cctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("bench: %s: %w", topo, err)
+		}
+	}
+
+	for _, r := range benchRows(prefix, c.rate) {
+		if err := sc.Compare(r.what, r.fig, r.base, r.baseName, r.goal); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchRow is one comparison of a topology's scorecard.
+type benchRow struct {
+	what     string
+	fig      bench.Ref
+	base     *bench.Ref
+	baseName string
+	goal     *bench.Goal
+}
+
+// benchRows lists the comparisons of the runs whose IDs start with prefix.
+func benchRows(prefix string, rate float64) []benchRow {
+	ref := func(run, metric string) bench.Ref { return bench.Ref{Run: prefix + run, Metric: metric} }
+	refp := func(run, metric string) *bench.Ref { r := ref(run, metric); return &r }
+	const ceiling, tcp = "plain TCP ceiling", "plain TCP"
+	rows := []benchRow{
+		{"throughput: plain TCP, ideal 64 KiB batching (the ceiling)", ref("tcp-ceiling", "msgs_per_s"), nil, "", nil},
+		{"throughput: runs (as loadgen run --scenario transport), default backend", ref("max-runs/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
+		{"throughput: one Send per message, default backend", ref("max-send/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
+		{"throughput: runs (as loadgen run --scenario transport), net backend", ref("max-runs/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
+		{"throughput: one Send per message, net backend", ref("max-send/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
+	}
+	fixed := "fixed " + strconv.FormatFloat(rate, 'f', -1, 64) + " msgs/s"
+	for _, be := range []string{backendDefault, backendNet} {
+		run := "fixed/" + be
+		var p99, p999 *bench.Goal
+		if be == backendDefault {
+			p99, p999 = &goalFixedP99, &goalFixedP999
+		}
+		rows = append(rows,
+			benchRow{fixed + ": p50, " + be + " backend", ref(run, "p50_us"), refp("fixed/tcp", "p50_us"), tcp, nil},
+			benchRow{fixed + ": p99, " + be + " backend", ref(run, "p99_us"), refp("fixed/tcp", "p99_us"), tcp, p99})
+		if be == backendDefault {
+			rows = append(rows, benchRow{fixed + ": p99, default vs net backend", ref(run, "p99_us"), refp("fixed/net", "p99_us"), "net backend", &goalFixedVsNet})
+		}
+		rows = append(rows,
+			benchRow{fixed + ": p99.9, " + be + " backend", ref(run, "p999_us"), refp("fixed/tcp", "p999_us"), tcp, p999},
+			benchRow{fixed + ": driver's max lag, " + be + " backend", ref(run, "max_lag_us"), refp("fixed/tcp", "max_lag_us"), tcp, nil})
+	}
+	for _, be := range []string{backendDefault, backendNet} {
+		run := "pingpong/" + be
+		var p50, p99 *bench.Goal
+		if be == backendDefault {
+			p50, p99 = &goalPingP50, &goalPingP99
+		}
+		rows = append(rows,
+			benchRow{"ping-pong: p50, " + be + " backend", ref(run, "p50_us"), refp("pingpong/tcp", "p50_us"), tcp, p50},
+			benchRow{"ping-pong: p99, " + be + " backend", ref(run, "p99_us"), refp("pingpong/tcp", "p99_us"), tcp, p99})
+	}
+	return rows
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/bench"
+)
+
+// issue14 is what loadgen bench must report for each topology, written out
+// from issue 14 rather than taken from the command: the figure, what it is
+// held against, and its goal (nil: shown for comparison only).
+var issue14 = []struct {
+	run, metric, baseRun string
+	goal                 *bench.Goal
+}{
+	{"tcp-ceiling", "msgs_per_s", "", nil},
+	{"max-runs/default", "msgs_per_s", "tcp-ceiling", &bench.Goal{On: "ratio", Op: ">=", Limit: 0.8}},
+	{"max-send/default", "msgs_per_s", "tcp-ceiling", &bench.Goal{On: "ratio", Op: ">=", Limit: 0.8}},
+	{"max-runs/net", "msgs_per_s", "tcp-ceiling", nil},
+	{"max-send/net", "msgs_per_s", "tcp-ceiling", nil},
+	{"fixed/default", "p50_us", "fixed/tcp", nil},
+	{"fixed/default", "p99_us", "fixed/tcp", &bench.Goal{On: "value", Op: "<=", Limit: 1000}},
+	{"fixed/default", "p99_us", "fixed/net", &bench.Goal{On: "ratio", Op: "<=", Limit: 1.25}},
+	{"fixed/default", "p999_us", "fixed/tcp", &bench.Goal{On: "value", Op: "<=", Limit: 2000}},
+	{"fixed/default", "max_lag_us", "fixed/tcp", nil},
+	{"fixed/net", "p50_us", "fixed/tcp", nil},
+	{"fixed/net", "p99_us", "fixed/tcp", nil},
+	{"fixed/net", "p999_us", "fixed/tcp", nil},
+	{"fixed/net", "max_lag_us", "fixed/tcp", nil},
+	{"pingpong/default", "p50_us", "pingpong/tcp", &bench.Goal{On: "ratio", Op: "<=", Limit: 2}},
+	{"pingpong/default", "p99_us", "pingpong/tcp", &bench.Goal{On: "ratio", Op: "<=", Limit: 4}},
+	{"pingpong/net", "p50_us", "pingpong/tcp", nil},
+	{"pingpong/net", "p99_us", "pingpong/tcp", nil},
+}
+
+// checked are the runs whose delivery is checked message by message.
+var checked = []string{"tcp-ceiling", "max-runs/default", "max-runs/net", "max-send/default", "max-send/net",
+	"fixed/tcp", "fixed/default", "fixed/net"}
+
+// TestBenchReportsEveryFigure runs loadgen bench, built as a binary so that
+// it can re-execute itself, with cases of 100 ms in both topologies, and
+// checks its scorecard against issue 14 and against itself: every case is
+// there, every ratio is the quotient of the two figures the scorecard
+// holds, every verdict follows from the goal, every checked run was exactly
+// once, and the two-process cases ran in another process. No figure is
+// asserted: the machine's speed is what the command reports, not what the
+// test checks.
+func TestBenchReportsEveryFigure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short mode: builds loadgen and runs 20 cases of 100 ms")
+	}
+	bin := buildLoadgen(t)
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "bench", "--duration", "100ms", "--out", out, "--json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("loadgen bench: %v\n%s", err, tail(stderr.Bytes(), 3000))
+	}
+	benchPID := cmd.Process.Pid
+	lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
+	var sc bench.Scorecard
+	if err := json.Unmarshal(lines[len(lines)-1], &sc); err != nil {
+		t.Fatalf("the last line of loadgen bench's output is not the scorecard: %v", err)
+	}
+	written, err := bench.ReadScorecard(filepath.Join(out, "bench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(written.Rows) != len(sc.Rows) || len(written.Runs) != len(sc.Runs) || written.GoalsMet != sc.GoalsMet {
+		t.Errorf("bench.json holds %d rows, %d runs, %d goals met; stdout %d, %d, %d",
+			len(written.Rows), len(written.Runs), written.GoalsMet, len(sc.Rows), len(sc.Runs), sc.GoalsMet)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "bench.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(bytes.Join(lines[:len(lines)-1], []byte("\n")))
+	if sc.Machine.CPU == "" || !strings.Contains(text, "machine: "+sc.Machine.String()) {
+		t.Errorf("the table does not start with the machine (%q):\n%s", sc.Machine, text)
+	}
+
+	runs := map[string]bench.Run{}
+	for _, r := range sc.Runs {
+		runs[r.ID] = r
+	}
+	figure := func(id, metric string) float64 {
+		t.Helper()
+		r, ok := runs[id]
+		if !ok {
+			t.Fatalf("no run %s", id)
+		}
+		v, ok := r.Figures[metric]
+		if !ok {
+			t.Fatalf("run %s has no %s", id, metric)
+		}
+		return v
+	}
+	goals, met := 0, 0
+	for _, topo := range []struct{ prefix, name string }{{"1p/", topoOne}, {"2p/", topoTwo}} {
+		for _, id := range checked {
+			r := runs[topo.prefix+id]
+			if r.ExactlyOnce == nil || !*r.ExactlyOnce || r.Delivery == nil || r.Sent == 0 ||
+				r.Delivery.Delivered != r.Sent || r.Delivery.Duplicates != 0 || r.Delivery.Missing != 0 {
+				t.Errorf("%s%s: delivery %+v of %d sent, exactly once %v", topo.prefix, id, r.Delivery, r.Sent, r.ExactlyOnce)
+			}
+		}
+		for _, r := range sc.Runs {
+			if !strings.HasPrefix(r.ID, topo.prefix) {
+				continue
+			}
+			if r.Topology != topo.name {
+				t.Errorf("run %s is labelled %q, want %q", r.ID, r.Topology, topo.name)
+			}
+			switch {
+			case topo.prefix == "1p/" && r.PID != benchPID:
+				t.Errorf("run %s received in pid %d, not in loadgen bench's own process %d", r.ID, r.PID, benchPID)
+			case topo.prefix == "2p/" && (r.PID == benchPID || r.PID <= 0):
+				t.Errorf("run %s received in pid %d, but loadgen bench is %d: it did not run in a second process", r.ID, r.PID, benchPID)
+			}
+		}
+		for _, want := range issue14 {
+			id := topo.prefix + want.run
+			var row *bench.Row
+			for i, r := range sc.Rows {
+				base := ""
+				if r.Baseline != nil {
+					base = r.Baseline.Run
+				}
+				if r.Figure.Run == id && r.Figure.Metric == want.metric && base == prefixed(topo.prefix, want.baseRun) {
+					row = &sc.Rows[i]
+					break
+				}
+			}
+			if row == nil {
+				t.Errorf("no row for %s %s against %q", id, want.metric, want.baseRun)
+				continue
+			}
+			if row.Topology != topo.name {
+				t.Errorf("row %q is labelled %q, want %q", row.What, row.Topology, topo.name)
+			}
+			if !strings.Contains(string(md), row.What) || !strings.Contains(text, row.What) {
+				t.Errorf("row %q is missing from bench.md or the table", row.What)
+			}
+			v := figure(id, want.metric)
+			if row.Value != v {
+				t.Errorf("row %q shows %v, run %s holds %v", row.What, row.Value, id, v)
+			}
+			ratio := 0.0
+			if want.baseRun != "" {
+				bv := figure(topo.prefix+want.baseRun, want.metric)
+				ratio = v / bv
+				if row.BaselineValue != bv || row.Ratio != ratio {
+					t.Errorf("row %q: baseline %v ratio %v; the runs give %v and %v / %v = %v",
+						row.What, row.BaselineValue, row.Ratio, bv, v, bv, ratio)
+				}
+			}
+			switch {
+			case want.goal == nil && row.Goal != nil:
+				t.Errorf("row %q has goal %+v, issue 14 sets none", row.What, *row.Goal)
+			case want.goal != nil && (row.Goal == nil || *row.Goal != *want.goal || row.Met == nil):
+				t.Errorf("row %q has goal %v (met %v), want %+v", row.What, row.Goal, row.Met, *want.goal)
+			case want.goal != nil:
+				x := v
+				if want.goal.On == "ratio" {
+					x = ratio
+				}
+				should := x <= want.goal.Limit
+				if want.goal.Op == ">=" {
+					should = x >= want.goal.Limit
+				}
+				if *row.Met != should {
+					t.Errorf("row %q: %v against %s %v says met=%v", row.What, x, want.goal.Op, want.goal.Limit, *row.Met)
+				}
+				verdict := "met"
+				if !should {
+					verdict = "NOT met"
+				}
+				if !tableRowSays(text, row.What, row.GoalText, verdict) {
+					t.Errorf("the table's row %q does not say %q and %q", row.What, row.GoalText, verdict)
+				}
+				goals++
+				if should {
+					met++
+				}
+			}
+		}
+	}
+	if len(sc.Rows) != 2*len(issue14) {
+		t.Errorf("%d rows, want %d", len(sc.Rows), 2*len(issue14))
+	}
+	if sc.Goals != goals || sc.GoalsMet != met {
+		t.Errorf("the scorecard counts %d of %d goals met; its rows say %d of %d", sc.GoalsMet, sc.Goals, met, goals)
+	}
+}
+
+func prefixed(prefix, id string) string {
+	if id == "" {
+		return ""
+	}
+	return prefix + id
+}
+
+// tableRowSays reports whether a line of the printed table holds what, the
+// goal and the verdict as its last column.
+func tableRowSays(text, what, goal, verdict string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, what) && strings.Contains(l, goal) && strings.HasSuffix(strings.TrimSpace(l), verdict) {
+			if verdict == "met" && strings.HasSuffix(strings.TrimSpace(l), "NOT met") {
+				continue
+			}
+			return true
+		}
+	}
+	return false
+}
+
+func TestBenchRefusesBadFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--size", "8"}, "--size 8"},
+		{[]string{"--size", "70000"}, "--size 70000"},
+		{[]string{"--duration", "0s"}, "--duration must be positive"},
+		{[]string{"--rate", "0"}, "--rate must be a positive"},
+		{[]string{"--topology", "three"}, "--topology must be one, two or both"},
+		{[]string{"extra"}, "unexpected arguments"},
+	} {
+		err := run(context.Background(), append([]string{"bench"}, c.args...), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("loadgen bench %v: error %v, want one saying %q", c.args, err, c.want)
+		}
+	}
+}
+
+// The second process answers every line, a bad one with an error and its
+// pid, and keeps serving after it.
+func TestBenchPeerAnswersBadRequests(t *testing.T) {
+	in := strings.Join([]string{
+		`not json`,
+		`{"op":"start","kind":"no-such-side","size":100}`,
+		`{"op":"start","kind":"tcp-packed","size":8}`,
+		`{"op":"start","kind":"node-sink","backend":"carrier-pigeon","size":100}`,
+		`{"op":"finish"}`,
+		`{"op":"dance"}`,
+		`{"op":"start","kind":"tcp-echo","size":100}`,
+	}, "\n") + "\n"
+	var out bytes.Buffer
+	// The last side is left running and closed when stdin ends; its
+	// listener never sees a connection, so it is finished by closing.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := benchPeerCmd(ctx, nil, strings.NewReader(in), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	wantErr := []string{"invalid character", "unknown side", "message size 8", "unknown backend", "finish without a side", "unknown op", ""}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != len(wantErr) {
+		t.Fatalf("%d answers to %d requests:\n%s", len(lines), len(wantErr), out.String())
+	}
+	for i, l := range lines {
+		var r sideReply
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("answer %d is not JSON: %v", i, err)
+		}
+		if r.PID != os.Getpid() {
+			t.Errorf("answer %d: pid %d, want %d", i, r.PID, os.Getpid())
+		}
+		switch {
+		case wantErr[i] == "" && (r.Err != "" || r.Addr == ""):
+			t.Errorf("answer %d: %+v, want an address", i, r)
+		case wantErr[i] != "" && !strings.Contains(r.Err, wantErr[i]):
+			t.Errorf("answer %d: error %q, want one saying %q", i, r.Err, wantErr[i])
+		}
+	}
+}

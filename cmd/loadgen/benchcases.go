@@ -1,0 +1,391 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/transport"
+)
+
+// bencher runs the sending halves of loadgen bench's cases against the
+// receiving halves its host starts, and adds each case's run to the
+// scorecard.
+type bencher struct {
+	cfg    benchConfig
+	host   host
+	topo   string
+	prefix string
+	sc     *bench.Scorecard
+	stderr io.Writer
+}
+
+// add records a run under the topology's prefix and prints it.
+func (b *bencher) add(r bench.Run) error {
+	r.ID = b.prefix + r.ID
+	r.Topology = b.topo
+	line := fmt.Sprintf("loadgen bench: %s, %s, %s (receiver pid %d):", r.Topology, r.Case, r.Subject, r.PID)
+	for _, k := range []string{"msgs_per_s", "p50_us", "p99_us", "p999_us", "max_lag_us"} {
+		if v, ok := r.Figures[k]; ok {
+			line += fmt.Sprintf(" %s %.1f", k, v)
+		}
+	}
+	if r.ExactlyOnce != nil && !*r.ExactlyOnce {
+		line += fmt.Sprintf("; NOT exactly once: %d sent, %+v", r.Sent, *r.Delivery)
+	}
+	fmt.Fprintln(b.stderr, line)
+	return b.sc.AddRun(r)
+}
+
+// deliveryRun fills a run's delivery check and throughput from what the
+// receiver found; start is the first send on the bench.Now clock.
+func deliveryRun(r bench.Run, sent int64, d bench.Delivery, start int64) bench.Run {
+	ok := d.ExactlyOnce(sent)
+	r.Sent, r.Delivery, r.ExactlyOnce = sent, &d, &ok
+	r.DurationS = float64(max(d.LastNS-start, 1)) / 1e9
+	if r.Figures == nil {
+		r.Figures = map[string]float64{}
+	}
+	r.Figures["msgs_per_s"] = float64(d.Delivered) / r.DurationS
+	return r
+}
+
+// latencyFigures adds a histogram's percentiles to figures.
+func latencyFigures(figures map[string]float64, snap *hdrhistogram.Snapshot) error {
+	if snap == nil {
+		return errors.New("bench: the receiver recorded no latencies")
+	}
+	l := bench.LatencyOf(hdrhistogram.Import(snap))
+	figures["p50_us"], figures["p99_us"], figures["p999_us"] = l.P50, l.P99, l.P999
+	return nil
+}
+
+// dialTCP connects to a TCP side.
+func dialTCP(ctx context.Context, addr string) (*net.TCPConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// tcpCeiling: plain TCP with ideal 64 KiB batching at full speed.
+func (b *bencher) tcpCeiling(ctx context.Context) error {
+	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideTCPPacked, Size: b.cfg.size})
+	if err != nil {
+		return err
+	}
+	conn, err := dialTCP(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	w, err := bench.NewPackedWriter(conn, b.cfg.size)
+	if err != nil {
+		return err
+	}
+	start := bench.Now()
+	end := start + int64(b.cfg.duration)
+	for {
+		// Look at the clock every 1024 messages: reading it for each
+		// would cost the writer a good part of its speed.
+		if w.Sent()&1023 == 0 && bench.Now() >= end {
+			break
+		}
+		if err := w.Add(start); err != nil {
+			return fmt.Errorf("plain TCP ceiling: %w", err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("plain TCP ceiling: %w", err)
+	}
+	if err := conn.CloseWrite(); err != nil {
+		return err
+	}
+	r, err := b.host.finish(ctx)
+	if err != nil {
+		return fmt.Errorf("plain TCP ceiling: %w", err)
+	}
+	return b.add(deliveryRun(bench.Run{ID: "tcp-ceiling", Case: "throughput, ideal 64 KiB batching", Subject: "plain TCP", PID: pid},
+		w.Sent(), r.Delivery, start))
+}
+
+// connectNode starts a node of backend be and opens a channel from
+// pingTask to echoTask at addr.
+func (b *bencher) connectNode(ctx context.Context, be, addr string, extra ...transport.Option) (*transport.Node, *transport.Sender, error) {
+	opts, err := backendOptions(be)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := transport.NewNode(append(extra, opts...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := n.Peer(addr)
+	if err != nil {
+		n.Abort()
+		return nil, nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := p.WaitConnected(wctx); err != nil {
+		n.Abort()
+		return nil, nil, err
+	}
+	s, err := p.OpenSender(wctx, pingTask, echoTask)
+	if err != nil {
+		n.Abort()
+		return nil, nil, err
+	}
+	return n, s, nil
+}
+
+// transportMax sends at full speed on one channel: runs as the transport
+// scenario's producers send them (runs true), or one Send per message.
+func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error {
+	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideNodeSink, Backend: be, Size: b.cfg.size})
+	if err != nil {
+		return err
+	}
+	tx, s, err := b.connectNode(ctx, be, addr)
+	if err != nil {
+		_, _ = b.host.finish(ctx)
+		return err
+	}
+	defer tx.Abort()
+	cfg := transportConfig{size: b.cfg.size, duration: b.cfg.duration, channels: 1, connections: 1, delivery: "auto"}
+	id, what := "max-runs/"+be, "throughput, runs of up to 64 (the transport scenario's producers)"
+	start := bench.Now()
+	var sent int64
+	if runs {
+		sent, err = sendMaxRate(ctx, cfg, []*transport.Sender{s})
+	} else {
+		id, what = "max-send/"+be, "throughput, one Send per message"
+		sent, err = sendEach(ctx, cfg, s)
+	}
+	if err == nil {
+		err = s.Flush(ctx)
+	}
+	r, ferr := b.host.finish(ctx)
+	if err = errors.Join(err, ferr); err != nil {
+		return fmt.Errorf("%s: %w", id, err)
+	}
+	return b.add(deliveryRun(bench.Run{ID: id, Case: what, Subject: be + " backend", PID: pid}, sent, r.Delivery, start))
+}
+
+// sendEach sends one message per Send, as fast as the channel takes them,
+// for cfg.duration, stamping them as the transport scenario does. The clock
+// is read every 64 messages, as sendMaxRate reads it.
+func sendEach(ctx context.Context, cfg transportConfig, s *transport.Sender) (int64, error) {
+	src := newPayloadSource(cfg.size, 1)
+	end := bench.Now() + int64(cfg.duration)
+	var now int64
+	for i := int64(0); ; i++ {
+		if i&63 == 0 {
+			if now = bench.Now(); now >= end {
+				return i, nil
+			}
+		}
+		if err := s.Send(ctx, now, src.next(0, now)); err != nil {
+			return i, err
+		}
+		src.seqs[0]++
+	}
+}
+
+// transportFixed sends at the fixed rate on one channel, as 'loadgen run
+// --scenario transport --rate R' does.
+func (b *bencher) transportFixed(ctx context.Context, be string) error {
+	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideNodeSink, Backend: be, Size: b.cfg.size})
+	if err != nil {
+		return err
+	}
+	tx, s, err := b.connectNode(ctx, be, addr)
+	if err != nil {
+		_, _ = b.host.finish(ctx)
+		return err
+	}
+	defer tx.Abort()
+	cfg := transportConfig{size: b.cfg.size, duration: b.cfg.duration, rate: b.cfg.rate, channels: 1, connections: 1, delivery: "auto"}
+	start := bench.Now()
+	res, err := sendFixedRate(ctx, cfg, []*transport.Sender{s})
+	if err == nil {
+		err = s.Flush(ctx)
+	}
+	r, ferr := b.host.finish(ctx)
+	id := "fixed/" + be
+	if err = errors.Join(err, ferr); err != nil {
+		return fmt.Errorf("%s: %w", id, err)
+	}
+	run := deliveryRun(bench.Run{ID: id, Case: "fixed rate", Subject: be + " backend", PID: pid}, res.Sent, r.Delivery, start)
+	run.Figures["max_lag_us"] = float64(res.MaxLagNS) / 1e3
+	if err := latencyFigures(run.Figures, r.Latency); err != nil {
+		return err
+	}
+	return b.add(run)
+}
+
+// tcpFixed: the same driver at the same rate writing each message to plain
+// TCP with one write.
+func (b *bencher) tcpFixed(ctx context.Context) error {
+	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideTCPStamped, Size: b.cfg.size})
+	if err != nil {
+		return err
+	}
+	conn, err := dialTCP(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	msg := newPayloadSource(b.cfg.size, 1).buf
+	start := bench.Now()
+	res, err := bench.FixedRate{Rate: b.cfg.rate, Duration: b.cfg.duration, Clock: bench.RealClock{}}.Run(ctx,
+		func(_ context.Context, i, intended int64) error {
+			bench.Stamp(msg, intended, uint64(i))
+			_, err := conn.Write(msg)
+			return err
+		})
+	if err == nil {
+		err = conn.CloseWrite()
+	}
+	r, ferr := b.host.finish(ctx)
+	if err = errors.Join(err, ferr); err != nil {
+		return fmt.Errorf("fixed/tcp: %w", err)
+	}
+	run := deliveryRun(bench.Run{ID: "fixed/tcp", Case: "fixed rate", Subject: "plain TCP", PID: pid}, res.Sent, r.Delivery, start)
+	run.Figures["max_lag_us"] = float64(res.MaxLagNS) / 1e3
+	if err := latencyFigures(run.Figures, r.Latency); err != nil {
+		return err
+	}
+	return b.add(run)
+}
+
+// tcpPingPong: one message there and back over plain TCP, for the duration.
+func (b *bencher) tcpPingPong(ctx context.Context) error {
+	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideTCPEcho, Size: b.cfg.size})
+	if err != nil {
+		return err
+	}
+	conn, err := dialTCP(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	p, err := bench.NewPinger(conn, b.cfg.size)
+	if err != nil {
+		return err
+	}
+	rec := bench.NewRecorder()
+	var n int64
+	start := time.Now()
+	for end := bench.Now() + int64(b.cfg.duration); bench.Now() < end; n++ {
+		rtt, err := p.Ping()
+		if err != nil {
+			return fmt.Errorf("pingpong/tcp: %w", err)
+		}
+		rec.Record(int64(rtt))
+	}
+	if err := conn.CloseWrite(); err != nil {
+		return err
+	}
+	if _, err := b.host.finish(ctx); err != nil {
+		return fmt.Errorf("pingpong/tcp: %w", err)
+	}
+	return b.add(pingRun("pingpong/tcp", "plain TCP", pid, n, rec, time.Since(start)))
+}
+
+// pingRun is the run of n round trips recorded into rec over elapsed.
+func pingRun(id, subject string, pid int, n int64, rec *bench.Recorder, elapsed time.Duration) bench.Run {
+	l := rec.Latency()
+	return bench.Run{ID: id, Case: "ping-pong, one message there and back", Subject: subject, PID: pid,
+		Sent: n, DurationS: elapsed.Seconds(),
+		Figures: map[string]float64{"p50_us": l.P50, "p99_us": l.P99, "p999_us": l.P999}}
+}
+
+// transportPingPong: one message there and back through two nodes, each
+// way a channel of its own, as BenchmarkTransportPingPong does.
+func (b *bencher) transportPingPong(ctx context.Context, be string) error {
+	opts, err := backendOptions(be)
+	if err != nil {
+		return err
+	}
+	a, err := transport.NewNode(append([]transport.Option{transport.WithListen("127.0.0.1:0")}, opts...)...)
+	if err != nil {
+		return err
+	}
+	defer a.Abort()
+	// One ping is in flight at a time, so the pong never waits for room.
+	pong := make(chan uint64, 1)
+	if err := a.Handle(pingTask, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
+		for _, m := range msgs {
+			var seq uint64
+			if len(m.Payload) >= headerLen {
+				_, seq = bench.Stamped(m.Payload)
+			}
+			pong <- seq
+		}
+	}); err != nil {
+		return err
+	}
+	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideNodeEcho, Backend: be, Size: b.cfg.size, ReplyTo: a.Addr()})
+	if err != nil {
+		return err
+	}
+	id := "pingpong/" + be
+	rec := bench.NewRecorder()
+	start := time.Now()
+	n, err := b.pingNodes(ctx, a, addr, pong, rec)
+	elapsed := time.Since(start)
+	_, ferr := b.host.finish(ctx)
+	if err = errors.Join(err, ferr); err != nil {
+		return fmt.Errorf("%s: %w", id, err)
+	}
+	return b.add(pingRun(id, be+" backend", pid, n, rec, elapsed))
+}
+
+// pingNodes pings the echo node at addr from a for the duration and
+// returns how many round trips it recorded into rec; a delivers each
+// pong's sequence number to pong.
+func (b *bencher) pingNodes(ctx context.Context, a *transport.Node, addr string, pong <-chan uint64, rec *bench.Recorder) (int64, error) {
+	p, err := a.Peer(addr)
+	if err != nil {
+		return 0, err
+	}
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	there, err := p.OpenSender(octx, pingTask, echoTask)
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	msg := newPayloadSource(b.cfg.size, 1).buf
+	var n int64
+	for end := bench.Now() + int64(b.cfg.duration); bench.Now() < end; n++ {
+		t0 := bench.Now()
+		bench.Stamp(msg, t0, uint64(n))
+		if err := there.Send(ctx, t0, msg); err != nil {
+			return n, err
+		}
+		select {
+		case seq := <-pong:
+			if seq != uint64(n) {
+				return n, fmt.Errorf("%w: pong %d for ping %d", bench.ErrBadEcho, seq, n)
+			}
+		case <-ctx.Done():
+			return n, fmt.Errorf("no pong for ping %d: %w", n, ctx.Err())
+		}
+		rec.Record(bench.Now() - t0)
+	}
+	return n, nil
+}

@@ -1,0 +1,445 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/transport"
+)
+
+// The far ends of loadgen bench's cases. Each case has a sending half, in
+// the bench process, and a receiving half (a side): a TCP reader, a TCP
+// echo, a receiving transport node or an echoing one. A host starts one
+// side at a time: in the bench process itself (one process), or in a child
+// process, the same binary re-executed as 'loadgen benchpeer', which reads a
+// sideSpec per line on its stdin and answers each line with one JSON line on
+// its stdout (two processes).
+
+// Side kinds.
+const (
+	sideTCPPacked  = "tcp-packed"  // bench.ReadPacked: the throughput ceiling's reader
+	sideTCPStamped = "tcp-stamped" // bench.ReadStamped: the fixed-rate baseline's reader
+	sideTCPEcho    = "tcp-echo"    // bench.Echo: the ping-pong baseline's echo
+	sideNodeSink   = "node-sink"   // a node whose task (1, 0) checks and records what arrives, inline
+	sideNodeEcho   = "node-echo"   // a node whose task (1, 0) sends what arrives back to (0, 0) at ReplyTo
+)
+
+// Backends, as bench names them.
+const (
+	backendDefault = "default"
+	backendNet     = "net"
+)
+
+// The ping-pong tasks: pings go from pingTask to echoTask, pongs back.
+var (
+	pingTask = taskid.ID{Processor: 0, Index: 0}
+	echoTask = taskid.ID{Processor: 1, Index: 0}
+)
+
+// sideSpec asks a host for a side.
+type sideSpec struct {
+	Op      string `json:"op"` // "start" or "finish"
+	Kind    string `json:"kind,omitempty"`
+	Backend string `json:"backend,omitempty"`
+	Size    int    `json:"size,omitempty"`
+	// ReplyTo is the pinging node's address, for node-echo.
+	ReplyTo string `json:"reply_to,omitempty"`
+}
+
+// sideReply is a host's answer: to "start" the side's address, to "finish"
+// what the side found. PID is the process the side ran in.
+type sideReply struct {
+	Addr     string                 `json:"addr,omitempty"`
+	PID      int                    `json:"pid"`
+	Delivery bench.Delivery         `json:"delivery"`
+	Latency  *hdrhistogram.Snapshot `json:"latency,omitempty"`
+	Err      string                 `json:"err,omitempty"`
+}
+
+// side is a running receiving half.
+type side interface {
+	addr() string
+	// finish waits until the side has seen the end of what was sent (EOF
+	// for TCP; for nodes the sender has flushed before asking), stops it
+	// and reports.
+	finish(ctx context.Context) (bench.Delivery, *bench.Recorder, error)
+	// abort stops the side without waiting for the end of the stream.
+	abort()
+}
+
+// backendOptions returns the transport options of a backend name.
+func backendOptions(name string) ([]transport.Option, error) {
+	switch name {
+	case backendDefault:
+		return nil, nil
+	case backendNet:
+		return []transport.Option{transport.WithBackend(transport.BackendNet)}, nil
+	}
+	return nil, fmt.Errorf("bench: unknown backend %q (want %s or %s)", name, backendDefault, backendNet)
+}
+
+// startSide starts the side spec asks for, in this process.
+func startSide(ctx context.Context, spec sideSpec) (side, error) {
+	if spec.Size < headerLen {
+		return nil, fmt.Errorf("bench: message size %d is below %d", spec.Size, headerLen)
+	}
+	switch spec.Kind {
+	case sideTCPPacked, sideTCPStamped, sideTCPEcho:
+		return startTCPSide(spec)
+	case sideNodeSink:
+		return startSinkSide(spec)
+	case sideNodeEcho:
+		return startEchoSide(ctx, spec)
+	}
+	return nil, fmt.Errorf("bench: unknown side %q", spec.Kind)
+}
+
+// tcpSide accepts one connection and runs a baseline's receiving half on it.
+type tcpSide struct {
+	ln   net.Listener
+	conn atomic.Pointer[net.Conn]
+	rec  *bench.Recorder
+	done chan tcpDone
+}
+
+type tcpDone struct {
+	d   bench.Delivery
+	err error
+}
+
+func startTCPSide(spec sideSpec) (*tcpSide, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &tcpSide{ln: ln, rec: bench.NewRecorder(), done: make(chan tcpDone, 1)}
+	go func() {
+		c, err := ln.Accept()
+		ln.Close()
+		if err != nil {
+			s.done <- tcpDone{err: err}
+			return
+		}
+		defer c.Close()
+		s.conn.Store(&c)
+		var r tcpDone
+		switch spec.Kind {
+		case sideTCPPacked:
+			r.d, r.err = bench.ReadPacked(c, spec.Size)
+		case sideTCPStamped:
+			r.d, r.err = bench.ReadStamped(c, spec.Size, s.rec)
+		default:
+			r.err = bench.Echo(c, spec.Size)
+		}
+		s.done <- r
+	}()
+	return s, nil
+}
+
+func (s *tcpSide) addr() string { return s.ln.Addr().String() }
+
+func (s *tcpSide) abort() {
+	s.ln.Close()
+	if c := s.conn.Load(); c != nil {
+		(*c).Close()
+	}
+}
+
+func (s *tcpSide) finish(ctx context.Context) (bench.Delivery, *bench.Recorder, error) {
+	select {
+	case r := <-s.done:
+		return r.d, s.rec, r.err
+	case <-ctx.Done():
+		s.abort()
+		return bench.Delivery{}, nil, fmt.Errorf("bench: the TCP side did not see the end of the stream: %w", ctx.Err())
+	}
+}
+
+// sinkSide is a node whose task (1, 0) checks every message's sequence
+// number and records its latency, inline on the connection's loop, as
+// loadgen run --scenario transport does.
+type sinkSide struct {
+	node *transport.Node
+	chk  *checker
+	rec  *bench.Recorder
+	last atomic.Int64
+}
+
+func startSinkSide(spec sideSpec) (*sinkSide, error) {
+	opts, err := backendOptions(spec.Backend)
+	if err != nil {
+		return nil, err
+	}
+	n, err := transport.NewNode(append([]transport.Option{transport.WithListen("127.0.0.1:0")}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	s := &sinkSide{node: n, chk: &checker{chans: make([]chanCheck, 1)}, rec: bench.NewRecorder()}
+	if err := n.HandleInline(echoTask, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
+		now := bench.Now()
+		s.chk.observe(0, msgs, now, s.rec)
+		s.last.Store(now)
+	}); err != nil {
+		n.Abort()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *sinkSide) addr() string { return s.node.Addr() }
+
+func (s *sinkSide) abort() { s.node.Abort() }
+
+func (s *sinkSide) finish(context.Context) (bench.Delivery, *bench.Recorder, error) {
+	s.node.Abort()
+	return bench.Delivery{Delivered: s.chk.delivered.Load(), Duplicates: s.chk.duplicates.Load(),
+		Missing: s.chk.gaps.Load(), LastNS: s.last.Load()}, s.rec, nil
+}
+
+// echoSide is a node whose task (1, 0) sends every message back to task
+// (0, 0) of the pinging node, from the task's own goroutine (Node.Handle),
+// as BenchmarkTransportPingPong does.
+type echoSide struct {
+	node   *transport.Node
+	echoed atomic.Int64
+	failed atomic.Pointer[error]
+}
+
+func startEchoSide(ctx context.Context, spec sideSpec) (*echoSide, error) {
+	opts, err := backendOptions(spec.Backend)
+	if err != nil {
+		return nil, err
+	}
+	n, err := transport.NewNode(append([]transport.Option{transport.WithListen("127.0.0.1:0")}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	s := &echoSide{node: n}
+	p, err := n.Peer(spec.ReplyTo)
+	if err != nil {
+		n.Abort()
+		return nil, err
+	}
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	back, err := p.OpenSender(octx, echoTask, pingTask)
+	if err != nil {
+		n.Abort()
+		return nil, fmt.Errorf("bench: opening the echo's channel back to %s: %w", spec.ReplyTo, err)
+	}
+	if err := n.Handle(echoTask, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
+		for _, m := range msgs {
+			if err := back.Send(context.Background(), m.Ts, m.Payload); err != nil {
+				s.failed.CompareAndSwap(nil, &err)
+				return
+			}
+			s.echoed.Add(1)
+		}
+	}); err != nil {
+		n.Abort()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *echoSide) addr() string { return s.node.Addr() }
+
+func (s *echoSide) abort() { s.node.Abort() }
+
+func (s *echoSide) finish(context.Context) (bench.Delivery, *bench.Recorder, error) {
+	s.node.Abort()
+	var err error
+	if e := s.failed.Load(); e != nil {
+		err = fmt.Errorf("bench: echoing: %w", *e)
+	}
+	return bench.Delivery{Delivered: s.echoed.Load()}, nil, err
+}
+
+// host runs sides one at a time and says which process they run in.
+type host interface {
+	// start starts a side and returns its address and the pid it runs in.
+	start(ctx context.Context, spec sideSpec) (addr string, pid int, err error)
+	// finish ends the side started last and returns what it found.
+	finish(ctx context.Context) (sideReply, error)
+	close() error
+}
+
+// localHost runs sides in this process.
+type localHost struct{ cur side }
+
+func (h *localHost) start(ctx context.Context, spec sideSpec) (string, int, error) {
+	s, err := startSide(ctx, spec)
+	if err != nil {
+		return "", 0, err
+	}
+	h.cur = s
+	return s.addr(), os.Getpid(), nil
+}
+
+func (h *localHost) finish(ctx context.Context) (sideReply, error) {
+	if h.cur == nil {
+		return sideReply{}, errors.New("bench: finish without a side")
+	}
+	s := h.cur
+	h.cur = nil
+	return sideReplyOf(s.finish(ctx))
+}
+
+func sideReplyOf(d bench.Delivery, rec *bench.Recorder, err error) (sideReply, error) {
+	r := sideReply{PID: os.Getpid(), Delivery: d}
+	if rec != nil {
+		r.Latency = rec.Snapshot().Export()
+	}
+	return r, err
+}
+
+// close aborts a side that was started and not finished.
+func (h *localHost) close() error {
+	if h.cur != nil {
+		h.cur.abort()
+		h.cur = nil
+	}
+	return nil
+}
+
+// childHost runs sides in a child process: this binary re-executed as
+// 'loadgen benchpeer', driven over its stdin and stdout.
+type childHost struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+	mu  sync.Mutex
+}
+
+func startChildHost(stderr io.Writer) (*childHost, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("bench: finding this binary to start the second process: %w", err)
+	}
+	cmd := exec.Command(exe, "benchpeer")
+	cmd.Stderr = stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: starting %s benchpeer: %w", exe, err)
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	return &childHost{cmd: cmd, in: in, out: sc}, nil
+}
+
+// call sends one request and reads its answer, or gives up when ctx ends
+// (killing the child, whose answer would never come).
+func (h *childHost) call(ctx context.Context, spec sideSpec) (sideReply, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b, _ := json.Marshal(spec)
+	if _, err := h.in.Write(append(b, '\n')); err != nil {
+		return sideReply{}, fmt.Errorf("bench: the second process is gone: %w", err)
+	}
+	type answer struct {
+		r   sideReply
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		var a answer
+		switch {
+		case h.out.Scan():
+			a.err = json.Unmarshal(h.out.Bytes(), &a.r)
+		case h.out.Err() != nil:
+			a.err = h.out.Err()
+		default:
+			a.err = io.ErrUnexpectedEOF
+		}
+		ch <- a
+	}()
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			return sideReply{}, fmt.Errorf("bench: reading the second process's answer: %w", a.err)
+		}
+		if a.r.Err != "" {
+			return a.r, fmt.Errorf("bench: in the second process (pid %d): %s", a.r.PID, a.r.Err)
+		}
+		return a.r, nil
+	case <-ctx.Done():
+		_ = h.cmd.Process.Kill()
+		return sideReply{}, fmt.Errorf("bench: the second process did not answer %s: %w", spec.Op, ctx.Err())
+	}
+}
+
+func (h *childHost) start(ctx context.Context, spec sideSpec) (string, int, error) {
+	spec.Op = "start"
+	r, err := h.call(ctx, spec)
+	return r.Addr, r.PID, err
+}
+
+func (h *childHost) finish(ctx context.Context) (sideReply, error) {
+	return h.call(ctx, sideSpec{Op: "finish"})
+}
+
+func (h *childHost) close() error {
+	h.in.Close()
+	return h.cmd.Wait()
+}
+
+// benchPeerCmd is the second process of loadgen bench: it starts and
+// finishes sides as its stdin asks, one JSON line each, answering each on
+// stdout, until stdin ends.
+func benchPeerCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlagSet("benchpeer", "The second process of 'loadgen bench' (internal): hosts the receiving side of each case,\n"+
+		"driven by JSON lines on stdin.", stderr)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(stdin)
+	enc := json.NewEncoder(stdout)
+	h := &localHost{}
+	defer h.close()
+	for sc.Scan() {
+		var spec sideSpec
+		var r sideReply
+		var err error
+		if err = json.Unmarshal(sc.Bytes(), &spec); err == nil {
+			switch spec.Op {
+			case "start":
+				r.Addr, r.PID, err = h.start(ctx, spec)
+			case "finish":
+				fctx, cancel := context.WithTimeout(ctx, time.Minute)
+				r, err = h.finish(fctx)
+				cancel()
+			default:
+				err = fmt.Errorf("bench: unknown op %q", spec.Op)
+			}
+		}
+		r.PID = os.Getpid()
+		if err != nil {
+			r.Err = err.Error()
+		}
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
