@@ -54,4 +54,3 @@ var directory = watermill.NewMemDirectory()
 func TestPubSub(t *testing.T) {
 	tests.TestPubSub(t, features, newPubSub, nil)
 }
-

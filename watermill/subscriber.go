@@ -316,7 +316,11 @@ func (t *topic) await(msg *message.Message, sub *subscription) (acked, ok bool) 
 // messages it delivered. Messages delivered and not yet acked, and those
 // still waiting in the node, are not acknowledged to their publishers,
 // which keep them until their own Close gives up on them.
-func (s *Subscriber) Close() error {
+func (s *Subscriber) Close() error { return s.shutdown(true) }
+
+// shutdown closes the Subscriber; without withdraw, its topics stay
+// announced, as when its process dies (the restart test's crash).
+func (s *Subscriber) shutdown(withdraw bool) error {
 	s.mu.Lock()
 	if s.mu.closed {
 		s.mu.Unlock()
@@ -325,6 +329,9 @@ func (s *Subscriber) Close() error {
 	s.mu.closed = true
 	var err error
 	for name, t := range s.mu.topics {
+		if !withdraw {
+			break
+		}
 		if e := s.dir.Withdraw(name, t.ep); e != nil && err == nil {
 			err = fmt.Errorf("watermill: withdrawing topic %q: %w", name, e)
 		}
