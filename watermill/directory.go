@@ -44,6 +44,10 @@ func TopicTask(topic string) taskid.ID {
 	return taskid.ID{Processor: uint32(v >> 32), Index: uint32(v)}
 }
 
+// topicTask is what Subscribe maps a topic with; a test forces a collision
+// through it.
+var topicTask = TopicTask
+
 // MemDirectory is a Directory in memory, for the publishers and subscribers
 // of one process (and tests). The zero value is not usable; call
 // NewMemDirectory. Safe for concurrent use.

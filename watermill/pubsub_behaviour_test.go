@@ -330,3 +330,16 @@ func TestMemDirectoryTellsWatchersEveryChangeInOrder(t *testing.T) {
 		t.Fatalf("the watcher saw %v, want %v", seen, want)
 	}
 }
+
+// Two topics of one Subscriber that map to the same task are refused: their
+// messages would reach one handler.
+func TestSubscribeRefusesTopicsThatCollide(t *testing.T) {
+	watermill.MapTopicsTo(t, taskid.ID{Processor: 9, Index: 9})
+	sub := newSubscriber(t, watermill.NewMemDirectory())
+	subscribe(t, sub, "first")
+	subscribe(t, sub, "first") // the same topic again is no collision
+	_, err := sub.Subscribe(context.Background(), "second")
+	if !errors.Is(err, watermill.ErrTopicCollision) || !strings.Contains(err.Error(), `"second" and "first"`) {
+		t.Fatalf("Subscribe to a colliding topic: %v, want ErrTopicCollision naming both", err)
+	}
+}

@@ -110,7 +110,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, name string) (<-chan *messag
 	}
 	t := s.mu.topics[name]
 	if t == nil {
-		task := TopicTask(name)
+		task := topicTask(name)
 		if other, ok := s.mu.tasks[task]; ok {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("%w: %q and %q (task %v)", ErrTopicCollision, name, other, task)
