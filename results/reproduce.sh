@@ -53,3 +53,5 @@ cmp /tmp/sluice-wc-clean.tsv /tmp/sluice-wc-faults.tsv
 cmp /tmp/sluice-wc-clean.tsv /tmp/sluice-wc-kill.tsv
 # Peers in one run.
 (cd bench/compare && go run . --size 100 --duration 5s --rounds 3 --out ../../$out/compare --json > /dev/null)
+# Watermill Pub/Subs through the same API: Sluice, GoChannel, core NATS; three runs.
+(cd watermill && for r in 1 2 3; do go run ./cmd/wmbench -n 50000 -lat 5000 -sizes 100,1024; done > ../$out/watermill/wmbench.txt)

@@ -34,12 +34,13 @@ type Node struct {
 	tlsServer *tls.Config
 	sec       securityCounters
 
-	timers  *timers
-	faultN  faultCounters
-	connSeq atomic.Uint64
-	closing atomic.Bool
-	closed  chan struct{}
-	bgDone  sync.WaitGroup
+	timers   *timers
+	faultN   faultCounters
+	connSeq  atomic.Uint64
+	closing  atomic.Bool
+	stopping chan struct{} // closed once shutdown has closed the connections
+	closed   chan struct{}
+	bgDone   sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
@@ -76,7 +77,7 @@ func NewNode(opts ...Option) (*Node, error) {
 	if o.epoch == 0 {
 		o.epoch = uint64(time.Now().UnixNano())
 	}
-	n := &Node{o: o, id: o.nodeID, epoch: o.epoch, start: time.Now(), closed: make(chan struct{})}
+	n := &Node{o: o, id: o.nodeID, epoch: o.epoch, start: time.Now(), stopping: make(chan struct{}), closed: make(chan struct{})}
 	n.log = logger{o.logger}
 	n.mu.peers = make(map[string]*Peer)
 	n.mu.conns = make(map[*conn]struct{})
@@ -424,6 +425,14 @@ func (n *Node) Close(ctx context.Context) error {
 // Abort closes the node at once, dropping unacknowledged messages.
 func (n *Node) Abort() { n.shutdown(wire.GoAwayShutdown) }
 
+// Stopping is closed once the node has begun to shut down (Close or Abort)
+// and has closed its connections, before Close and Abort wait for the
+// handlers of Handle to return. A handler that blocks on work of its own
+// (waiting for an application to take a message) watches it to return in
+// time: what it returns after Stopping is closed is never acknowledged to
+// its sources, which keep those messages as unacknowledged.
+func (n *Node) Stopping() <-chan struct{} { return n.stopping }
+
 func (n *Node) peers() []*Peer {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -462,6 +471,7 @@ func (n *Node) shutdown(code wire.GoAwayCode) {
 	for _, c := range conns {
 		n.abort(c, ErrClosed)
 	}
+	close(n.stopping)
 	n.timers.close()
 	for _, in := range inboxes {
 		close(in.stop)

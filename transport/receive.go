@@ -18,7 +18,10 @@ import (
 // The payload slices are valid only until the handler returns: copy what you
 // keep. When it returns, the messages count as consumed, and the receiver
 // may acknowledge them, which lets the source send more. A slow handler
-// therefore slows its sources down rather than filling memory.
+// therefore slows its sources down rather than filling memory. Close and
+// Abort wait for handlers to return: one that blocks on something other
+// than the node (an application yet to take a message) also watches
+// [Node.Stopping].
 type Handler func(ch taskid.Channel, firstSeq uint64, msgs []Message)
 
 // Message is one message of a channel: the timestamp its source sent it

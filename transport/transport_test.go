@@ -726,3 +726,50 @@ func TestATargetTakesOneHandlerOfEitherKind(t *testing.T) {
 		t.Error("a nil inline handler was accepted")
 	}
 }
+
+// A handler blocked on work of its own (an application that has not taken
+// its message) returns when Stopping is closed, so that Abort does not wait
+// for it forever; what it returns then is not acknowledged: the source still
+// holds every message.
+func TestStoppingReleasesABlockedHandlerWithoutAcknowledging(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be []Option) {
+		rx, _, p := newPairOn(t, be, nil, nil)
+		entered := make(chan struct{}, 1)
+		err := rx.Handle(taskid.ID{Processor: 1}, func(_ taskid.Channel, _ uint64, msgs []Message) {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-rx.Stopping()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxT(t, 10*time.Second)
+		s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 3
+		for k := range n {
+			if err := s.Send(ctx, 0, payload(uint64(k), 100)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		select {
+		case <-entered:
+		case <-ctx.Done():
+			t.Fatal("the handler was never called")
+		}
+		aborted := make(chan struct{})
+		go func() { rx.Abort(); close(aborted) }()
+		select {
+		case <-aborted:
+		case <-ctx.Done():
+			t.Fatal("Abort waits for a handler blocked until Stopping")
+		}
+		if got := s.Stats().Unacked; got != n {
+			t.Fatalf("the source holds %d messages unacknowledged, want all %d: a handler cut short by the shutdown acknowledged what it never took", got, n)
+		}
+	})
+}

@@ -1,0 +1,326 @@
+package watermill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/transport"
+)
+
+// Errors of the Publisher and the Subscriber. Test them with errors.Is.
+var (
+	// ErrClosed means the Publisher or Subscriber was closed.
+	ErrClosed = errors.New("watermill: closed")
+	// ErrUndelivered means Publisher.Close gave up on messages that never
+	// left the publisher: kept in a backlog because no subscription was
+	// announced, or not yet written when the close timeout ended.
+	ErrUndelivered = errors.New("watermill: messages not delivered when the publisher closed")
+	// ErrTopicCollision means two topics of one Subscriber map to the same
+	// target task (TopicTask); the second is refused.
+	ErrTopicCollision = errors.New("watermill: two topics map to the same task")
+)
+
+// Publisher is a Watermill message.Publisher on a Sluice node of its own,
+// which only dials. Publish sends each message to every subscription
+// announced for its topic in the Directory, over one Sluice channel per
+// subscription (source: this publisher's task, target: the topic's task on
+// the subscriber's node), in the order of the Publish calls. Safe for
+// concurrent use; messages of concurrent Publish calls to one topic are not
+// interleaved.
+type Publisher struct {
+	node   *transport.Node
+	dir    Directory
+	source taskid.ID
+	o      options
+
+	ctx    context.Context // ends when the publisher stops (Close, after the flush)
+	cancel context.CancelFunc
+
+	mu struct {
+		sync.Mutex
+		routes map[string]*route
+		closed bool
+	}
+}
+
+// route is what a Publisher knows about one topic: the subscriptions
+// announced for it, each with its Sluice sender, and the backlog kept while
+// there is none.
+type route struct {
+	p     *Publisher
+	topic string
+	stop  func()
+
+	// send serializes publishing to the topic, so that every subscription
+	// receives its messages in one order, and guards the backlog.
+	send         sync.Mutex
+	backlog      [][]byte
+	backlogBytes int
+	buf          []byte
+
+	mu struct {
+		sync.Mutex
+		senders map[Endpoint]*transport.Sender
+		list    []*transport.Sender
+		changed chan struct{} // closed and replaced when senders change
+	}
+}
+
+// NewPublisher starts a Publisher and its node. The node's source task is
+// derived from its random node id, so that publishers never share a channel.
+func NewPublisher(dir Directory, opts ...Option) (*Publisher, error) {
+	o := newOptions(opts)
+	node, err := transport.NewNode(o.node...)
+	if err != nil {
+		return nil, err
+	}
+	id := node.ID()
+	p := &Publisher{
+		node:   node,
+		dir:    dir,
+		source: taskid.ID{Processor: uint32(id >> 32), Index: uint32(id)},
+		o:      o,
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.mu.routes = make(map[string]*route)
+	return p, nil
+}
+
+// Node is the publisher's Sluice node, for its statistics.
+func (p *Publisher) Node() *transport.Node { return p.node }
+
+// Publish sends msgs to every subscription of topic, in order. It returns
+// once each message is in the window of every subscription's channel (which
+// keeps it until the subscriber acknowledges it), or in the topic's backlog
+// when no subscription is announced. It blocks while a channel has no credit
+// (the subscriber has not acknowledged enough) or the backlog is full, until
+// the message's context ends (message.Message.Context) or the publisher
+// closes.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	r, err := p.route(topic)
+	if err != nil {
+		return err
+	}
+	r.send.Lock()
+	defer r.send.Unlock()
+	for i, m := range msgs {
+		r.buf = AppendMessage(r.buf[:0], m)
+		if err := r.publishLocked(m.Context(), r.buf); err != nil {
+			return fmt.Errorf("watermill: publishing message %d of %d (%s) to %q: %w", i+1, len(msgs), m.UUID, topic, err)
+		}
+	}
+	return nil
+}
+
+func (p *Publisher) route(topic string) (*route, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		return nil, ErrClosed
+	}
+	if r := p.mu.routes[topic]; r != nil {
+		return r, nil
+	}
+	r := &route{p: p, topic: topic}
+	r.mu.senders = make(map[Endpoint]*transport.Sender)
+	r.mu.changed = make(chan struct{})
+	stop, err := p.dir.Watch(topic, r.update)
+	if err != nil {
+		return nil, fmt.Errorf("watermill: watching topic %q: %w", topic, err)
+	}
+	r.stop = stop
+	p.mu.routes[topic] = r
+	return r, nil
+}
+
+// update is the directory's news about the topic's endpoints: it opens a
+// channel to each new one and closes those of the ones withdrawn (their
+// unacknowledged messages go with their subscription).
+func (r *route) update(eps []Endpoint) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keep := make(map[Endpoint]bool, len(eps))
+	for _, ep := range eps {
+		keep[ep] = true
+		if r.mu.senders[ep] != nil {
+			continue
+		}
+		s, err := r.open(ep)
+		if err != nil {
+			r.p.o.log.Warn("watermill: cannot open a channel to a subscription", "topic", r.topic, "addr", ep.Addr, "err", err)
+			continue
+		}
+		r.mu.senders[ep] = s
+	}
+	for ep, s := range r.mu.senders {
+		if !keep[ep] {
+			_ = s.Close()
+			delete(r.mu.senders, ep)
+		}
+	}
+	r.mu.list = make([]*transport.Sender, 0, len(r.mu.senders))
+	for _, s := range r.mu.senders {
+		r.mu.list = append(r.mu.list, s)
+	}
+	close(r.mu.changed)
+	r.mu.changed = make(chan struct{})
+	if len(r.mu.list) > 0 {
+		go r.drain()
+	}
+}
+
+func (r *route) open(ep Endpoint) (*transport.Sender, error) {
+	peer, err := r.p.node.Peer(ep.Addr)
+	if err != nil {
+		return nil, err
+	}
+	return peer.OpenSender(r.p.ctx, r.p.source, ep.Task)
+}
+
+func (r *route) current() ([]*transport.Sender, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.list, r.mu.changed
+}
+
+// drain sends the backlog to the subscriptions that just appeared.
+func (r *route) drain() {
+	r.send.Lock()
+	defer r.send.Unlock()
+	if senders, _ := r.current(); len(senders) > 0 {
+		if err := r.flushLocked(r.p.ctx, senders); err != nil && r.p.ctx.Err() == nil {
+			r.p.o.log.Warn("watermill: sending the backlog", "topic", r.topic, "err", err)
+		}
+	}
+}
+
+// publishLocked sends one encoded message, or keeps it in the backlog.
+func (r *route) publishLocked(mctx context.Context, payload []byte) error {
+	ctx := r.p.ctx
+	if mctx != nil && mctx != context.Background() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(mctx)
+		defer cancel()
+		defer context.AfterFunc(r.p.ctx, cancel)()
+	}
+	for {
+		senders, changed := r.current()
+		if len(senders) > 0 {
+			if err := r.flushLocked(ctx, senders); err != nil {
+				return err
+			}
+			return r.p.sendAll(ctx, senders, payload)
+		}
+		if len(r.backlog) < r.p.o.backlogMsgs && r.backlogBytes+len(payload) <= r.p.o.backlogBytes {
+			r.backlog = append(r.backlog, append([]byte(nil), payload...))
+			r.backlogBytes += len(payload)
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return r.p.ctxErr(ctx)
+		}
+	}
+}
+
+// flushLocked sends the backlog, oldest first.
+func (r *route) flushLocked(ctx context.Context, senders []*transport.Sender) error {
+	for len(r.backlog) > 0 {
+		if err := r.p.sendAll(ctx, senders, r.backlog[0]); err != nil {
+			return err
+		}
+		r.backlogBytes -= len(r.backlog[0])
+		r.backlog[0] = nil
+		r.backlog = r.backlog[1:]
+	}
+	r.backlog = nil
+	return nil
+}
+
+// sendAll sends payload on every sender. A sender closed because its
+// subscription was withdrawn is passed over: the message was for a
+// subscription that is gone.
+func (p *Publisher) sendAll(ctx context.Context, senders []*transport.Sender, payload []byte) error {
+	ts := time.Now().UnixNano()
+	for _, s := range senders {
+		err := s.Send(ctx, ts, payload)
+		switch {
+		case err == nil:
+		case errors.Is(err, transport.ErrClosed) && p.ctx.Err() == nil:
+		case ctx.Err() != nil:
+			return p.ctxErr(ctx)
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// ctxErr is why a send whose context ended stopped: the publisher closing,
+// or the message's own context.
+func (p *Publisher) ctxErr(ctx context.Context) error {
+	if p.ctx.Err() != nil {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// Close stops the publisher. New Publish calls fail with ErrClosed at once.
+// Close waits, up to the close timeout (WithCloseTimeout), for Publish calls
+// under way to finish, for backlogs to reach subscriptions that appear, and
+// for every message sent to be acknowledged by its subscriber. It returns
+// an error wrapping ErrUndelivered if messages never left the publisher by
+// then (still in a backlog, or in a window unwritten). Messages written but
+// not yet acknowledged are not an error: they are with the subscriber's
+// node, which delivers what it has received to its subscription after the
+// publisher is gone (a subscription that is slow to acknowledge, or a
+// subscriber that is itself closing, is no fault of the publisher).
+func (p *Publisher) Close() error {
+	p.mu.Lock()
+	if p.mu.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.mu.closed = true
+	routes := make([]*route, 0, len(p.mu.routes))
+	for _, r := range p.mu.routes {
+		routes = append(routes, r)
+	}
+	p.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), p.o.closeTimeout)
+	defer cancel()
+	stopAfter := context.AfterFunc(ctx, p.cancel) // unblocks Publish and the drains
+	defer stopAfter()
+
+	var unrouted, unsent int
+	for _, r := range routes {
+		r.send.Lock() // waits for the Publish under way
+		if senders, _ := r.current(); len(senders) > 0 {
+			_ = r.flushLocked(p.ctx, senders)
+		}
+		unrouted += len(r.backlog)
+		r.send.Unlock()
+		r.stop()
+	}
+	for _, r := range routes {
+		senders, _ := r.current()
+		for _, s := range senders {
+			_ = s.Flush(ctx)
+			unsent += s.Stats().Unsent
+		}
+	}
+	p.cancel()
+	p.node.Abort()
+	if unrouted+unsent > 0 {
+		return fmt.Errorf("%w: %d kept because no subscription was announced, %d not written within %v",
+			ErrUndelivered, unrouted, unsent, p.o.closeTimeout)
+	}
+	return nil
+}

@@ -1,0 +1,345 @@
+package watermill_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	wm "github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/watermill"
+)
+
+func newPublisher(t *testing.T, dir watermill.Directory, opts ...watermill.Option) *watermill.Publisher {
+	t.Helper()
+	p, err := watermill.NewPublisher(dir, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func newSubscriber(t *testing.T, dir watermill.Directory, opts ...watermill.Option) *watermill.Subscriber {
+	t.Helper()
+	s, err := watermill.NewSubscriber(dir, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func subscribe(t *testing.T, s *watermill.Subscriber, topic string) <-chan *message.Message {
+	t.Helper()
+	ch, err := s.Subscribe(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+func numbered(i int) *message.Message {
+	return message.NewMessage(wm.NewUUID(), []byte(strconv.Itoa(i)))
+}
+
+func withTimeout(m *message.Message, d time.Duration) (*message.Message, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	m.SetContext(ctx)
+	return m, cancel
+}
+
+// receive takes n messages from ch, acking each, and returns their payloads.
+func receive(t *testing.T, ch <-chan *message.Message, n int) []string {
+	t.Helper()
+	var got []string
+	for len(got) < n {
+		select {
+		case m, ok := <-ch:
+			if !ok {
+				t.Fatalf("the channel closed after %d of %d messages", len(got), n)
+			}
+			got = append(got, string(m.Payload))
+			m.Ack()
+		case <-time.After(10 * time.Second):
+			t.Fatalf("received %d of %d messages", len(got), n)
+		}
+	}
+	return got
+}
+
+func seq(from, to int) []string {
+	var s []string
+	for i := from; i < to; i++ {
+		s = append(s, strconv.Itoa(i))
+	}
+	return s
+}
+
+// A subscriber that does not ack stops its publisher on Sluice's credit:
+// with a window of 8 messages, the 9th Publish blocks until its context
+// ends; once the subscriber has acked, it goes through.
+func TestPublishBlocksOnCreditUntilTheSubscriberAcks(t *testing.T) {
+	const window = 8
+	dir := watermill.NewMemDirectory()
+	sub := newSubscriber(t, dir)
+	msgs := subscribe(t, sub, "credit")
+	pub := newPublisher(t, dir, watermill.WithNodeOptions(transport.WithWindow(window, 1<<20)))
+	for i := range window {
+		if err := pub.Publish("credit", numbered(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, cancel := withTimeout(numbered(window), 300*time.Millisecond)
+	defer cancel()
+	if err := pub.Publish("credit", m); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the publish past the window returned %v, want it blocked until its context's deadline", err)
+	}
+	cs := pub.Node().ChannelStats()
+	if len(cs) != 1 || cs[0].Blocked == 0 || cs[0].Unacked != window {
+		t.Fatalf("channel stats %+v: want one channel, %d unacknowledged, time spent blocked", cs, window)
+	}
+	if got := receive(t, msgs, window); !slices.Equal(got, seq(0, window)) {
+		t.Fatalf("received %v", got)
+	}
+	if err := pub.Publish("credit", numbered(window)); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, msgs, 1); got[0] != strconv.Itoa(window) {
+		t.Fatalf("received %v after the window freed, want %d", got, window)
+	}
+}
+
+// Messages published before anyone subscribes wait in the backlog, which is
+// bounded: past it Publish blocks until a subscription appears or its
+// context ends. The first subscription gets the backlog in order.
+func TestTheBacklogHoldsMessagesUntilASubscriptionAppears(t *testing.T) {
+	dir := watermill.NewMemDirectory()
+	pub := newPublisher(t, dir, watermill.WithBacklog(3, 1<<20))
+	for i := range 3 {
+		if err := pub.Publish("later", numbered(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, cancel := withTimeout(numbered(3), 200*time.Millisecond)
+	defer cancel()
+	if err := pub.Publish("later", m); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a publish past the full backlog returned %v, want it blocked until its deadline", err)
+	}
+	blocked := make(chan error, 1)
+	go func() { blocked <- pub.Publish("later", numbered(3)) }()
+	sub := newSubscriber(t, dir)
+	msgs := subscribe(t, sub, "later")
+	if got := receive(t, msgs, 4); !slices.Equal(got, seq(0, 4)) {
+		t.Fatalf("received %v, want the backlog then the blocked message, in order", got)
+	}
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTheBacklogIsBoundedInBytes(t *testing.T) {
+	dir := watermill.NewMemDirectory()
+	// One encoded message of 100 payload bytes and a packed UUID is 118 bytes.
+	pub := newPublisher(t, dir, watermill.WithBacklog(100, 200))
+	big := func() *message.Message { return message.NewMessage(wm.NewUUID(), make([]byte, 100)) }
+	if err := pub.Publish("bytes", big()); err != nil {
+		t.Fatal(err)
+	}
+	m, cancel := withTimeout(big(), 200*time.Millisecond)
+	defer cancel()
+	if err := pub.Publish("bytes", m); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second 118-byte message in a 200-byte backlog: %v, want it blocked", err)
+	}
+}
+
+func TestPublisherCloseReportsMessagesNoSubscriptionTook(t *testing.T) {
+	dir := watermill.NewMemDirectory()
+	pub, err := watermill.NewPublisher(dir, watermill.WithCloseTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := pub.Publish("nobody", numbered(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = pub.Close()
+	if !errors.Is(err, watermill.ErrUndelivered) {
+		t.Fatalf("Close: %v, want ErrUndelivered", err)
+	}
+	if want := "2 kept because no subscription was announced"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("Close: %q does not say %q", err, want)
+	}
+	if err := pub.Publish("nobody", numbered(2)); !errors.Is(err, watermill.ErrClosed) {
+		t.Fatalf("Publish after Close: %v, want ErrClosed", err)
+	}
+	if err := pub.Close(); err != nil {
+		t.Fatalf("a second Close: %v", err)
+	}
+}
+
+// Every Subscriber of a topic gets every message; the subscriptions of one
+// Subscriber take turns, so between them each message arrives once.
+func TestFanOutAcrossSubscribersTurnsWithinOne(t *testing.T) {
+	const n = 200
+	dir := watermill.NewMemDirectory()
+	a, b := newSubscriber(t, dir), newSubscriber(t, dir)
+	fromA := subscribe(t, a, "fan")
+	b1, b2 := subscribe(t, b, "fan"), subscribe(t, b, "fan")
+	pub := newPublisher(t, dir)
+	for i := range n {
+		if err := pub.Publish("fan", numbered(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := receive(t, fromA, n); !slices.Equal(got, seq(0, n)) {
+		t.Fatalf("subscriber a received %d messages, not 0..%d in order", len(got), n-1)
+	}
+	var mu sync.Mutex
+	var got []string
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	for _, ch := range []<-chan *message.Message{b1, b2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case m := <-ch:
+					mu.Lock()
+					got = append(got, string(m.Payload))
+					mu.Unlock()
+					m.Ack()
+				case <-done:
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		mu.Lock()
+		k := len(got)
+		mu.Unlock()
+		if k >= n {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("subscriber b's two subscriptions received %d of %d", k, n)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	close(done)
+	wg.Wait()
+	if !slices.Equal(got, seq(0, n)) {
+		t.Fatalf("subscriber b's subscriptions received %d messages, not each of 0..%d once, in order", len(got), n-1)
+	}
+}
+
+// A Sluice message that is not an encoded Watermill message is dropped and
+// counted; the messages after it arrive.
+func TestSubscriberDropsWhatDoesNotDecode(t *testing.T) {
+	dir := watermill.NewMemDirectory()
+	sub := newSubscriber(t, dir)
+	msgs := subscribe(t, sub, "raw")
+	node, err := transport.NewNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Abort()
+	peer, err := node.Peer(sub.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := peer.OpenSender(ctx, taskid.ID{Processor: 7}, watermill.TopicTask("raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := message.NewMessage(wm.NewUUID(), []byte("fine"))
+	for _, p := range [][]byte{{0x80, 1, 2}, watermill.AppendMessage(nil, good)} {
+		if err := s.Send(ctx, 0, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := receive(t, msgs, 1); got[0] != "fine" {
+		t.Fatalf("received %q", got)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m := sub.Malformed(); m != 1 {
+		t.Fatalf("Malformed() = %d, want 1", m)
+	}
+}
+
+func TestSubscribeAfterCloseFails(t *testing.T) {
+	sub, err := watermill.NewSubscriber(watermill.NewMemDirectory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := subscribe(t, sub, "x")
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, open := <-msgs; open {
+		t.Fatal("a subscription's channel is open after Close")
+	}
+	if _, err := sub.Subscribe(context.Background(), "x"); !errors.Is(err, watermill.ErrClosed) {
+		t.Fatalf("Subscribe after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestMemDirectoryTellsWatchersEveryChangeInOrder(t *testing.T) {
+	dir := watermill.NewMemDirectory()
+	a := watermill.Endpoint{Addr: "a:1", Task: taskid.ID{Processor: 1}}
+	b := watermill.Endpoint{Addr: "b:1", Task: taskid.ID{Processor: 2}}
+	if err := dir.Announce("t", a); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	stop, err := dir.Watch("t", func(eps []watermill.Endpoint) { seen = append(seen, fmt.Sprint(eps)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = dir.Announce("t", b)
+	_ = dir.Announce("t", b)     // again: no change
+	_ = dir.Announce("other", a) // another topic
+	_ = dir.Withdraw("t", a)
+	_ = dir.Withdraw("t", a) // again: no change
+	stop()
+	_ = dir.Withdraw("t", b) // after stop: not seen
+	want := []string{
+		fmt.Sprint([]watermill.Endpoint{a}),
+		fmt.Sprint([]watermill.Endpoint{a, b}),
+		fmt.Sprint([]watermill.Endpoint{b}),
+	}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("the watcher saw %v, want %v", seen, want)
+	}
+}
+
+// Two topics of one Subscriber that map to the same task are refused: their
+// messages would reach one handler.
+func TestSubscribeRefusesTopicsThatCollide(t *testing.T) {
+	watermill.MapTopicsTo(t, taskid.ID{Processor: 9, Index: 9})
+	sub := newSubscriber(t, watermill.NewMemDirectory())
+	subscribe(t, sub, "first")
+	subscribe(t, sub, "first") // the same topic again is no collision
+	_, err := sub.Subscribe(context.Background(), "second")
+	if !errors.Is(err, watermill.ErrTopicCollision) || !strings.Contains(err.Error(), `"second" and "first"`) {
+		t.Fatalf("Subscribe to a colliding topic: %v, want ErrTopicCollision naming both", err)
+	}
+}
