@@ -56,7 +56,7 @@ var checked = []string{"tcp-ceiling", "max-runs/default", "max-runs/net", "max-s
 // test checks.
 func TestBenchReportsEveryFigure(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 20 cases of 100 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 22 cases of 100 ms")
 	}
 	bin := buildLoadgen(t)
 	out := t.TempDir()
@@ -284,5 +284,30 @@ func TestBenchPeerAnswersBadRequests(t *testing.T) {
 		case wantErr[i] != "" && !strings.Contains(r.Err, wantErr[i]):
 			t.Errorf("answer %d: error %q, want one saying %q", i, r.Err, wantErr[i])
 		}
+	}
+}
+
+// In one process every side runs in the test's own process, so the race
+// detector sees both halves of every case.
+func TestBenchInOneProcess(t *testing.T) {
+	out := t.TempDir()
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"bench", "--topology", "one", "--duration", "50ms", "--out", out}, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := bench.ReadScorecard(filepath.Join(out, "bench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Runs) != 11 || len(sc.Rows) != len(issue14) || !sc.ExactlyOnce {
+		t.Errorf("%d runs, %d rows, exactly once %v; want 11, %d, true", len(sc.Runs), len(sc.Rows), sc.ExactlyOnce, len(issue14))
+	}
+	for _, r := range sc.Runs {
+		if r.PID != os.Getpid() || r.Topology != topoOne || !strings.HasPrefix(r.ID, "1p/") {
+			t.Errorf("run %s: %s, pid %d; want one process, pid %d", r.ID, r.Topology, r.PID, os.Getpid())
+		}
+	}
+	if strings.Contains(stdout.String(), "\n"+topoTwo) {
+		t.Error("--topology one measured two processes")
 	}
 }

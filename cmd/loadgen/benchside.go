@@ -281,7 +281,9 @@ type host interface {
 // localHost runs sides in this process.
 type localHost struct{ cur side }
 
+// start aborts a side a failed case left behind, then starts spec's.
 func (h *localHost) start(ctx context.Context, spec sideSpec) (string, int, error) {
+	_ = h.close()
 	s, err := startSide(ctx, spec)
 	if err != nil {
 		return "", 0, err
