@@ -122,12 +122,12 @@ func (b *bencher) tcpCeiling(ctx context.Context) error {
 
 // connectNode starts a node of backend be and opens a channel from
 // pingTask to echoTask at addr.
-func (b *bencher) connectNode(ctx context.Context, be, addr string, extra ...transport.Option) (*transport.Node, *transport.Sender, error) {
+func (b *bencher) connectNode(ctx context.Context, be, addr string) (*transport.Node, *transport.Sender, error) {
 	opts, err := backendOptions(be)
 	if err != nil {
 		return nil, nil, err
 	}
-	n, err := transport.NewNode(append(extra, opts...)...)
+	n, err := transport.NewNode(opts...)
 	if err != nil {
 		return nil, nil, err
 	}
