@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -20,7 +21,8 @@ import (
 //     reads 64 KiB at a time and parses and checks every message;
 //   - fixed-rate latency: the sender writes each [Stamp]ed message with one
 //     write (the best latency plain TCP offers) when a [FixedRate] driver
-//     says it is due; [ReadStamped] records Now()-intended for each;
+//     says it is due; [ReadStamped] reads what has arrived, up to 64 KiB at
+//     a time, and records Now()-intended for each message;
 //   - ping-pong: a [Pinger] writes one message and waits for [Echo] to send
 //     it back.
 //
@@ -221,12 +223,16 @@ func ReadPacked(r io.Reader, size int) (Delivery, error) {
 
 // ReadStamped is the receiving half of the fixed-rate baseline: it reads
 // size-byte [Stamp]ed messages from r until EOF, checks their sequence
-// numbers, and records each one's Now()-intended into rec.
+// numbers, and records each one's Now()-intended into rec. It reads up to
+// 64 KiB at a time, so that a reader that fell behind catches up with one
+// system call, as the transport's receiving loops do, rather than one per
+// message.
 func ReadStamped(r io.Reader, size int, rec *Recorder) (Delivery, error) {
 	var d Delivery
 	if err := checkSize(size); err != nil {
 		return d, err
 	}
+	r = bufio.NewReaderSize(r, packedBuffer)
 	buf := make([]byte, size)
 	for {
 		if _, err := io.ReadFull(r, buf); err != nil {
