@@ -54,7 +54,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"change the exit status.", stderr)
 	var c benchConfig
 	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each of the 22 cases runs (11 per topology)")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each of the 24 cases runs (12 per topology)")
 	fs.Float64Var(&c.rate, "rate", 100_000, "messages per second of the fixed-rate cases")
 	fs.StringVar(&c.topologies, "topology", "both", "which topologies to measure: one (two nodes in one process), two (two processes) or both")
 	fs.StringVar(&c.out, "out", filepath.Join("results", "local", "bench"), "directory for bench.json and bench.md")
@@ -91,7 +91,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	sc.Notes = append(sc.Notes,
 		"throughput is messages delivered and checked by the receiver divided by the time from the first send to the last delivery",
 		"the receiving transport tasks run inline (Node.HandleInline) in the throughput and fixed-rate cases, as loadgen run --scenario transport does by default; the ping-pong tasks run on their own goroutines (Node.Handle), as BenchmarkTransportPingPong does",
-		"the fixed-rate driver sleeps on timers and sends what fell due in a burst (bench.FixedRate, RealClock{}), for the transport and plain TCP alike; latency is from each message's intended send time",
+		"the fixed-rate driver sleeps on timers and sends what fell due in a burst (bench.FixedRate, RealClock{}), for the transport and plain TCP alike; latency is from each message's intended send time; the driver alone, sending nothing, is how late this machine's timers let it hand messages over, a floor under every fixed-rate figure",
 		"goals are the default backend's (issue 14); the net backend's rows are for comparison")
 	if c.topologies != "one" {
 		sc.Notes = append(sc.Notes, "two processes: this binary re-executed as 'loadgen benchpeer' (os.Executable) hosts the receiving node, TCP reader or echo; it is driven over a pipe of JSON lines")
@@ -127,7 +127,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // benchCases is how many cases benchTopology measures.
-const benchCases = 11
+const benchCases = 12
 
 // benchTopology measures the benchCases cases of one topology and adds their runs
 // and rows to sc.
@@ -149,6 +149,7 @@ func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Sc
 		func(ctx context.Context) error { return b.transportMax(ctx, backendNet, true) },
 		func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, false) },
 		func(ctx context.Context) error { return b.transportMax(ctx, backendNet, false) },
+		b.driverAlone,
 		b.tcpFixed,
 		func(ctx context.Context) error { return b.transportFixed(ctx, backendDefault) },
 		func(ctx context.Context) error { return b.transportFixed(ctx, backendNet) },
@@ -195,6 +196,9 @@ func benchRows(prefix string, rate float64) []benchRow {
 		{"throughput: one Send per message, net backend", ref("max-send/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
 	}
 	fixed := "fixed " + strconv.FormatFloat(rate, 'f', -1, 64) + " msgs/s"
+	for _, m := range []struct{ metric, name string }{{"p50_us", "p50"}, {"p99_us", "p99"}, {"p999_us", "p99.9"}, {"max_lag_us", "max lag"}} {
+		rows = append(rows, benchRow{fixed + ": " + m.name + ", the driver alone (the machine's floor)", ref("fixed/driver", m.metric), nil, "", nil})
+	}
 	for _, be := range []string{backendDefault, backendNet} {
 		run := "fixed/" + be
 		var p99, p999 *bench.Goal

@@ -27,6 +27,10 @@ var issue14 = []struct {
 	{"max-send/default", "msgs_per_s", "tcp-ceiling", &bench.Goal{On: "ratio", Op: ">=", Limit: 0.8}},
 	{"max-runs/net", "msgs_per_s", "tcp-ceiling", nil},
 	{"max-send/net", "msgs_per_s", "tcp-ceiling", nil},
+	{"fixed/driver", "p50_us", "", nil},
+	{"fixed/driver", "p99_us", "", nil},
+	{"fixed/driver", "p999_us", "", nil},
+	{"fixed/driver", "max_lag_us", "", nil},
 	{"fixed/default", "p50_us", "fixed/tcp", nil},
 	{"fixed/default", "p99_us", "fixed/tcp", &bench.Goal{On: "value", Op: "<=", Limit: 1000}},
 	{"fixed/default", "p99_us", "fixed/net", &bench.Goal{On: "ratio", Op: "<=", Limit: 1.25}},
@@ -56,7 +60,7 @@ var checked = []string{"tcp-ceiling", "max-runs/default", "max-runs/net", "max-s
 // test checks.
 func TestBenchReportsEveryFigure(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 22 cases of 100 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 24 cases of 100 ms")
 	}
 	bin := buildLoadgen(t)
 	out := t.TempDir()
@@ -124,6 +128,11 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 				t.Errorf("run %s is labelled %q, want %q", r.ID, r.Topology, topo.name)
 			}
 			switch {
+			case strings.HasSuffix(r.ID, "fixed/driver"):
+				// The driver alone has no receiving end: it runs in bench.
+				if r.PID != benchPID {
+					t.Errorf("run %s ran in pid %d, not in loadgen bench's %d", r.ID, r.PID, benchPID)
+				}
 			case topo.prefix == "1p/" && r.PID != benchPID:
 				t.Errorf("run %s received in pid %d, not in loadgen bench's own process %d", r.ID, r.PID, benchPID)
 			case topo.prefix == "2p/" && (r.PID == benchPID || r.PID <= 0):
@@ -299,8 +308,8 @@ func TestBenchInOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sc.Runs) != 11 || len(sc.Rows) != len(issue14) || !sc.ExactlyOnce {
-		t.Errorf("%d runs, %d rows, exactly once %v; want 11, %d, true", len(sc.Runs), len(sc.Rows), sc.ExactlyOnce, len(issue14))
+	if len(sc.Runs) != benchCases || len(sc.Rows) != len(issue14) || !sc.ExactlyOnce {
+		t.Errorf("%d runs, %d rows, exactly once %v; want %d, %d, true", len(sc.Runs), len(sc.Rows), sc.ExactlyOnce, benchCases, len(issue14))
 	}
 	for _, r := range sc.Runs {
 		if r.PID != os.Getpid() || r.Topology != topoOne || !strings.HasPrefix(r.ID, "1p/") {
