@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -133,13 +134,17 @@ const benchCases = 12
 // and rows to sc.
 func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Scorecard, stderr io.Writer) error {
 	var h host = &localHost{}
+	var ch *childHost
 	prefix := "1p/"
 	if topo == topoTwo {
-		ch, err := startChildHost(stderr)
-		if err != nil {
+		var err error
+		if ch, err = startChildHost(stderr); err != nil {
 			return err
 		}
 		h, prefix = ch, "2p/"
+		var stop context.CancelFunc
+		ctx, stop = ch.watch(ctx)
+		defer stop()
 	}
 	defer h.close()
 	b := &bencher{cfg: c, host: h, topo: topo, prefix: prefix, sc: sc, stderr: stderr}
@@ -162,6 +167,17 @@ func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Sc
 		err := step(cctx)
 		cancel()
 		if err != nil {
+			if ch != nil {
+				// A case that failed because the second process died
+				// says so, even if the socket noticed first.
+				select {
+				case <-ch.exited:
+					if gone := ch.gone(); !errors.Is(err, gone) {
+						err = fmt.Errorf("%w (%w)", err, gone)
+					}
+				case <-time.After(time.Second):
+				}
+			}
 			return fmt.Errorf("bench: %s: %w", topo, err)
 		}
 	}
