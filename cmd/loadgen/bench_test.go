@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -318,5 +322,54 @@ func TestBenchInOneProcess(t *testing.T) {
 	}
 	if strings.Contains(stdout.String(), "\n"+topoTwo) {
 		t.Error("--topology one measured two processes")
+	}
+}
+
+// When the second process dies mid-run, loadgen bench stops and says so,
+// naming the process, rather than waiting out the case.
+func TestBenchReportsADeadSecondProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short mode: builds loadgen")
+	}
+	bin := buildLoadgen(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "bench", "--topology", "two", "--duration", "2s", "--out", t.TempDir())
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The first case's line names the second process; kill it then.
+	var seen bytes.Buffer
+	var child int
+	sc := bufio.NewScanner(stderr)
+	for child == 0 && sc.Scan() {
+		seen.WriteString(sc.Text() + "\n")
+		if _, after, ok := strings.Cut(sc.Text(), "(receiver pid "); ok {
+			child, _ = strconv.Atoi(strings.TrimSuffix(strings.Fields(after)[0], "):"))
+		}
+	}
+	if child == 0 || child == cmd.Process.Pid {
+		t.Fatalf("no second process named (pid %d, bench %d):\n%s", child, cmd.Process.Pid, seen.String())
+	}
+	p, err := os.FindProcess(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatalf("killing the second process %d: %v", child, err)
+	}
+	rest, _ := io.ReadAll(stderr)
+	seen.Write(rest)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Errorf("loadgen bench ended with %v, want exit status 2", err)
+	}
+	if want := fmt.Sprintf("the second process (pid %d) exited: signal: killed", child); !strings.Contains(seen.String(), want) {
+		t.Errorf("loadgen bench does not say %q:\n%s", want, seen.String())
 	}
 }
