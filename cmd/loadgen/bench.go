@@ -8,7 +8,9 @@ import (
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/bench"
@@ -24,6 +26,7 @@ type benchConfig struct {
 	duration   time.Duration
 	rate       float64
 	topologies string
+	groups     map[string]bool // the case groups to measure
 	out        string
 	json       bool
 }
@@ -55,7 +58,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"change the exit status.", stderr)
 	var c benchConfig
 	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each of the 24 cases runs (12 per topology)")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (12 per topology with every group, 24 in all)")
+	cases := fs.String("cases", strings.Join(benchGroups, ","), "which groups of cases to measure, each with its own baselines: "+strings.Join(benchGroups, ", "))
 	fs.Float64Var(&c.rate, "rate", 100_000, "messages per second of the fixed-rate cases")
 	fs.StringVar(&c.topologies, "topology", "both", "which topologies to measure: one (two nodes in one process), two (two processes) or both")
 	fs.StringVar(&c.out, "out", filepath.Join("results", "local", "bench"), "directory for bench.json and bench.md")
@@ -77,6 +81,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	default:
 		return fmt.Errorf("--topology must be one, two or both, got %q", c.topologies)
 	}
+	c.groups = map[string]bool{}
+	for _, g := range strings.Split(*cases, ",") {
+		if g = strings.TrimSpace(g); !slices.Contains(benchGroups, g) {
+			return fmt.Errorf("--cases: unknown group %q (want some of %s)", g, strings.Join(benchGroups, ","))
+		}
+		c.groups[g] = true
+	}
 	switch {
 	case c.size < headerLen || c.size > 64<<10-4:
 		return fmt.Errorf("--size %d: want %d to %d bytes", c.size, headerLen, 64<<10-4)
@@ -97,7 +108,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if c.topologies != "one" {
 		sc.Notes = append(sc.Notes, "two processes: this binary re-executed as 'loadgen benchpeer' (os.Executable) hosts the receiving node, TCP reader or echo; it is driven over a pipe of JSON lines")
 	}
-	fmt.Fprintf(stderr, "loadgen bench: %s; %d cases of %v each\n", sc.Machine, benchCases*len(topos), c.duration)
+	fmt.Fprintf(stderr, "loadgen bench: %s; %d cases of %v each\n", sc.Machine, len((&bencher{cfg: c}).steps())*len(topos), c.duration)
 	start := time.Now()
 	for _, topo := range topos {
 		if err := benchTopology(ctx, c, topo, sc, stderr); err != nil {
@@ -127,11 +138,43 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// benchCases is how many cases benchTopology measures.
-const benchCases = 12
+// benchGroups are the groups of cases, in the order they run: each group
+// holds its own baselines, so any of them can run alone.
+var benchGroups = []string{"throughput", "fixed", "pingpong"}
 
-// benchTopology measures the benchCases cases of one topology and adds their runs
-// and rows to sc.
+// benchStep is one case: a run of its group.
+type benchStep struct {
+	group string
+	run   func(context.Context) error
+}
+
+// steps lists the cases of the groups b.cfg selects.
+func (b *bencher) steps() []benchStep {
+	all := []benchStep{
+		{"throughput", b.tcpCeiling},
+		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, true) }},
+		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendNet, true) }},
+		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, false) }},
+		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendNet, false) }},
+		{"fixed", b.driverAlone},
+		{"fixed", b.tcpFixed},
+		{"fixed", func(ctx context.Context) error { return b.transportFixed(ctx, backendDefault) }},
+		{"fixed", func(ctx context.Context) error { return b.transportFixed(ctx, backendNet) }},
+		{"pingpong", b.tcpPingPong},
+		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendDefault) }},
+		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendNet) }},
+	}
+	var out []benchStep
+	for _, s := range all {
+		if b.cfg.groups[s.group] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// benchTopology measures the selected cases of one topology and adds their
+// runs and rows to sc.
 func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Scorecard, stderr io.Writer) error {
 	var h host = &localHost{}
 	var ch *childHost
@@ -148,23 +191,9 @@ func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Sc
 	}
 	defer h.close()
 	b := &bencher{cfg: c, host: h, topo: topo, prefix: prefix, sc: sc, stderr: stderr}
-	steps := []func(context.Context) error{
-		b.tcpCeiling,
-		func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, true) },
-		func(ctx context.Context) error { return b.transportMax(ctx, backendNet, true) },
-		func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, false) },
-		func(ctx context.Context) error { return b.transportMax(ctx, backendNet, false) },
-		b.driverAlone,
-		b.tcpFixed,
-		func(ctx context.Context) error { return b.transportFixed(ctx, backendDefault) },
-		func(ctx context.Context) error { return b.transportFixed(ctx, backendNet) },
-		b.tcpPingPong,
-		func(ctx context.Context) error { return b.transportPingPong(ctx, backendDefault) },
-		func(ctx context.Context) error { return b.transportPingPong(ctx, backendNet) },
-	}
-	for _, step := range steps {
+	for _, step := range b.steps() {
 		cctx, cancel := context.WithTimeout(ctx, 3*c.duration+time.Minute)
-		err := step(cctx)
+		err := step.run(cctx)
 		cancel()
 		if err != nil {
 			if ch != nil {
@@ -183,6 +212,9 @@ func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Sc
 	}
 
 	for _, r := range benchRows(prefix, c.rate) {
+		if !c.groups[r.group] {
+			continue
+		}
 		if err := sc.Compare(r.what, r.fig, r.base, r.baseName, r.goal); err != nil {
 			return err
 		}
@@ -192,6 +224,7 @@ func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Sc
 
 // benchRow is one comparison of a topology's scorecard.
 type benchRow struct {
+	group    string
 	what     string
 	fig      bench.Ref
 	base     *bench.Ref
@@ -205,15 +238,15 @@ func benchRows(prefix string, rate float64) []benchRow {
 	refp := func(run, metric string) *bench.Ref { r := ref(run, metric); return &r }
 	const ceiling, tcp = "plain TCP ceiling", "plain TCP"
 	rows := []benchRow{
-		{"throughput: plain TCP, ideal 64 KiB batching (the ceiling)", ref("tcp-ceiling", "msgs_per_s"), nil, "", nil},
-		{"throughput: runs (as loadgen run --scenario transport), default backend", ref("max-runs/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
-		{"throughput: one Send per message, default backend", ref("max-send/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
-		{"throughput: runs (as loadgen run --scenario transport), net backend", ref("max-runs/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
-		{"throughput: one Send per message, net backend", ref("max-send/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
+		{"throughput", "throughput: plain TCP, ideal 64 KiB batching (the ceiling)", ref("tcp-ceiling", "msgs_per_s"), nil, "", nil},
+		{"throughput", "throughput: runs (as loadgen run --scenario transport), default backend", ref("max-runs/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
+		{"throughput", "throughput: one Send per message, default backend", ref("max-send/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
+		{"throughput", "throughput: runs (as loadgen run --scenario transport), net backend", ref("max-runs/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
+		{"throughput", "throughput: one Send per message, net backend", ref("max-send/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
 	}
 	fixed := "fixed " + strconv.FormatFloat(rate, 'f', -1, 64) + " msgs/s"
 	for _, m := range []struct{ metric, name string }{{"p50_us", "p50"}, {"p99_us", "p99"}, {"p999_us", "p99.9"}, {"max_lag_us", "max lag"}} {
-		rows = append(rows, benchRow{fixed + ": " + m.name + ", the driver alone (the machine's floor)", ref("fixed/driver", m.metric), nil, "", nil})
+		rows = append(rows, benchRow{"fixed", fixed + ": " + m.name + ", the driver alone (the machine's floor)", ref("fixed/driver", m.metric), nil, "", nil})
 	}
 	for _, be := range []string{backendDefault, backendNet} {
 		run := "fixed/" + be
@@ -222,14 +255,14 @@ func benchRows(prefix string, rate float64) []benchRow {
 			p99, p999 = &goalFixedP99, &goalFixedP999
 		}
 		rows = append(rows,
-			benchRow{fixed + ": p50, " + be + " backend", ref(run, "p50_us"), refp("fixed/tcp", "p50_us"), tcp, nil},
-			benchRow{fixed + ": p99, " + be + " backend", ref(run, "p99_us"), refp("fixed/tcp", "p99_us"), tcp, p99})
+			benchRow{"fixed", fixed + ": p50, " + be + " backend", ref(run, "p50_us"), refp("fixed/tcp", "p50_us"), tcp, nil},
+			benchRow{"fixed", fixed + ": p99, " + be + " backend", ref(run, "p99_us"), refp("fixed/tcp", "p99_us"), tcp, p99})
 		if be == backendDefault {
-			rows = append(rows, benchRow{fixed + ": p99, default vs net backend", ref(run, "p99_us"), refp("fixed/net", "p99_us"), "net backend", &goalFixedVsNet})
+			rows = append(rows, benchRow{"fixed", fixed + ": p99, default vs net backend", ref(run, "p99_us"), refp("fixed/net", "p99_us"), "net backend", &goalFixedVsNet})
 		}
 		rows = append(rows,
-			benchRow{fixed + ": p99.9, " + be + " backend", ref(run, "p999_us"), refp("fixed/tcp", "p999_us"), tcp, p999},
-			benchRow{fixed + ": driver's max lag, " + be + " backend", ref(run, "max_lag_us"), refp("fixed/tcp", "max_lag_us"), tcp, nil})
+			benchRow{"fixed", fixed + ": p99.9, " + be + " backend", ref(run, "p999_us"), refp("fixed/tcp", "p999_us"), tcp, p999},
+			benchRow{"fixed", fixed + ": driver's max lag, " + be + " backend", ref(run, "max_lag_us"), refp("fixed/tcp", "max_lag_us"), tcp, nil})
 	}
 	for _, be := range []string{backendDefault, backendNet} {
 		run := "pingpong/" + be
@@ -238,8 +271,8 @@ func benchRows(prefix string, rate float64) []benchRow {
 			p50, p99 = &goalPingP50, &goalPingP99
 		}
 		rows = append(rows,
-			benchRow{"ping-pong: p50, " + be + " backend", ref(run, "p50_us"), refp("pingpong/tcp", "p50_us"), tcp, p50},
-			benchRow{"ping-pong: p99, " + be + " backend", ref(run, "p99_us"), refp("pingpong/tcp", "p99_us"), tcp, p99})
+			benchRow{"pingpong", "ping-pong: p50, " + be + " backend", ref(run, "p50_us"), refp("pingpong/tcp", "p50_us"), tcp, p50},
+			benchRow{"pingpong", "ping-pong: p99, " + be + " backend", ref(run, "p99_us"), refp("pingpong/tcp", "p99_us"), tcp, p99})
 	}
 	return rows
 }

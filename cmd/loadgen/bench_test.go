@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,6 +251,8 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--rate", "0"}, "--rate must be a positive"},
 		{[]string{"--topology", "three"}, "--topology must be one, two or both"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--cases", "fixed,speed"}, `--cases: unknown group "speed"`},
+		{[]string{"--cases", ""}, `--cases: unknown group ""`},
 	} {
 		err := run(context.Background(), append([]string{"bench"}, c.args...), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -312,8 +315,8 @@ func TestBenchInOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sc.Runs) != benchCases || len(sc.Rows) != len(issue14) || !sc.ExactlyOnce {
-		t.Errorf("%d runs, %d rows, exactly once %v; want %d, %d, true", len(sc.Runs), len(sc.Rows), sc.ExactlyOnce, benchCases, len(issue14))
+	if len(sc.Runs) != 12 || len(sc.Rows) != len(issue14) || !sc.ExactlyOnce {
+		t.Errorf("%d runs, %d rows, exactly once %v; want 12, %d, true", len(sc.Runs), len(sc.Rows), sc.ExactlyOnce, len(issue14))
 	}
 	for _, r := range sc.Runs {
 		if r.PID != os.Getpid() || r.Topology != topoOne || !strings.HasPrefix(r.ID, "1p/") {
@@ -371,5 +374,34 @@ func TestBenchReportsADeadSecondProcess(t *testing.T) {
 	}
 	if want := fmt.Sprintf("the second process (pid %d) exited: signal: killed", child); !strings.Contains(seen.String(), want) {
 		t.Errorf("loadgen bench does not say %q:\n%s", want, seen.String())
+	}
+}
+
+// --cases measures the groups it names, each with its own baselines, and
+// no others.
+func TestBenchCasesSelectGroups(t *testing.T) {
+	out := t.TempDir()
+	if err := run(context.Background(), []string{"bench", "--topology", "one", "--cases", "pingpong", "--duration", "50ms", "--out", out}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := bench.ReadScorecard(filepath.Join(out, "bench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	for _, r := range sc.Runs {
+		runs = append(runs, r.ID)
+	}
+	if want := []string{"1p/pingpong/tcp", "1p/pingpong/default", "1p/pingpong/net"}; !slices.Equal(runs, want) {
+		t.Errorf("runs %v, want %v", runs, want)
+	}
+	rows := 0
+	for _, w := range issue14 {
+		if strings.HasPrefix(w.run, "pingpong/") {
+			rows++
+		}
+	}
+	if len(sc.Rows) != rows || sc.Goals != 2 {
+		t.Errorf("%d rows, %d goals; want %d rows, 2 goals", len(sc.Rows), sc.Goals, rows)
 	}
 }
