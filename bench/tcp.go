@@ -79,19 +79,23 @@ type Delivery struct {
 	next   uint64
 }
 
-// observe checks one sequence number.
-func (d *Delivery) observe(seq uint64) {
+// Observe checks the next message's sequence number: one already seen is
+// a duplicate, for which Observe returns false; one beyond the next
+// expected counts the numbers skipped as missing and is delivered. Any
+// receiver of sequence-numbered messages can count with it; it is not safe
+// for concurrent use.
+func (d *Delivery) Observe(seq uint64) (first bool) {
 	switch {
 	case seq == d.next:
-		d.next++
-		d.Delivered++
 	case seq < d.next:
 		d.Duplicates++
+		return false
 	default:
 		d.Missing += int64(seq - d.next)
-		d.next = seq + 1
-		d.Delivered++
 	}
+	d.next = seq + 1
+	d.Delivered++
+	return true
 }
 
 // ExactlyOnce reports whether sent messages arrived, each exactly once.
@@ -206,7 +210,7 @@ func ReadPacked(r io.Reader, size int) (Delivery, error) {
 				break
 			}
 			_, seq := Stamped(buf[used+4:])
-			d.observe(seq)
+			d.Observe(seq)
 			used += 4 + l
 		}
 		have = copy(buf, buf[used:have])
@@ -248,7 +252,7 @@ func ReadStamped(r io.Reader, size int, rec *Recorder) (Delivery, error) {
 		intended, seq := Stamped(buf)
 		rec.Record(now - intended)
 		d.LastNS = now
-		d.observe(seq)
+		d.Observe(seq)
 	}
 }
 

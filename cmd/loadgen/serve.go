@@ -61,7 +61,7 @@ type session struct {
 	rec                           *bench.Recorder
 	delivered, dups, gaps, nbytes atomic.Int64
 	mu                            sync.Mutex
-	next                          map[taskid.ID]uint64
+	chans                         map[taskid.ID]*bench.Delivery // by source task
 }
 
 type server struct {
@@ -80,7 +80,7 @@ func (s *server) session(epoch uint64) *session {
 	defer s.mu.Unlock()
 	ss, ok := s.sessions[epoch]
 	if !ok {
-		ss = &session{rec: bench.NewRecorder(), next: map[taskid.ID]uint64{}}
+		ss = &session{rec: bench.NewRecorder(), chans: map[taskid.ID]*bench.Delivery{}}
 		s.sessions[epoch] = ss
 	}
 	return ss
@@ -95,28 +95,27 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 		ss := s.session(ch.Epoch)
 		now := bench.Now()
 		ss.mu.Lock()
-		next := ss.next[ch.Source]
-		var dups, gaps, n, bytes int64
+		d := ss.chans[ch.Source]
+		if d == nil {
+			d = &bench.Delivery{}
+			ss.chans[ch.Source] = d
+		}
+		before := *d
+		var n, bytes int64
 		for _, m := range msgs {
 			if len(m.Payload) < headerLen {
 				continue
 			}
-			seq := binary.LittleEndian.Uint64(m.Payload[8:])
-			switch {
-			case seq < next:
-				dups++
+			if !d.Observe(binary.LittleEndian.Uint64(m.Payload[8:])) {
 				continue
-			case seq > next:
-				gaps += int64(seq - next)
 			}
-			next = seq + 1
 			n++
 			bytes += int64(len(m.Payload))
 			lat := now - int64(binary.LittleEndian.Uint64(m.Payload))
 			ss.rec.Record(lat)
 			s.rec.Record(lat)
 		}
-		ss.next[ch.Source] = next
+		dups, gaps := d.Duplicates-before.Duplicates, d.Missing-before.Missing
 		ss.mu.Unlock()
 		ss.delivered.Add(n)
 		ss.dups.Add(dups)

@@ -122,13 +122,14 @@ type checker struct {
 }
 
 type chanCheck struct {
-	next uint64
-	_    [56]byte // keep channels on their own cache lines
+	bench.Delivery
+	_ [64]byte // keep channels on their own cache lines
 }
 
 func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *bench.Recorder) {
 	c := &k.chans[ch]
-	var dups, gaps, bytes int64
+	dupsBefore, missingBefore := c.Duplicates, c.Missing
+	var gaps, bytes int64
 	// Messages stamped with one clock read and received in one run have
 	// one latency: record each value once with its count.
 	var lat, same int64
@@ -138,16 +139,8 @@ func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *benc
 			gaps++
 			continue
 		}
-		seq := binary.LittleEndian.Uint64(p[8:])
-		switch {
-		case seq == c.next:
-			c.next++
-		case seq < c.next:
-			dups++
+		if !c.Observe(binary.LittleEndian.Uint64(p[8:])) {
 			continue
-		default:
-			gaps += int64(seq - c.next)
-			c.next = seq + 1
 		}
 		if l := now - int64(binary.LittleEndian.Uint64(p)); l != lat || same == 0 {
 			rec.RecordN(lat, same)
@@ -158,6 +151,8 @@ func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *benc
 		bytes += int64(len(p))
 	}
 	rec.RecordN(lat, same)
+	dups := c.Duplicates - dupsBefore
+	gaps += c.Missing - missingBefore
 	k.delivered.Add(int64(len(msgs)) - dups)
 	k.bytes.Add(bytes)
 	if dups > 0 {
