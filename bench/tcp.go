@@ -38,6 +38,10 @@ const StampLen = 16
 // packedBuffer is the write and read size of the throughput ceiling.
 const packedBuffer = 64 << 10
 
+// MaxSize is the largest message the baselines carry: one, with its length,
+// fills a 64 KiB buffer.
+const MaxSize = packedBuffer - 4
+
 // ErrBadMessage is returned by the readers when a message is not what the
 // writers write: a length other than the agreed size, or a truncated stream.
 var ErrBadMessage = errors.New("bench: malformed baseline message")
@@ -59,8 +63,8 @@ func Stamped(msg []byte) (intended int64, seq uint64) {
 
 // checkSize refuses message sizes the baselines cannot carry.
 func checkSize(size int) error {
-	if size < StampLen || size > packedBuffer-4 {
-		return fmt.Errorf("bench: message size %d out of range: want %d to %d bytes", size, StampLen, packedBuffer-4)
+	if size < StampLen || size > MaxSize {
+		return fmt.Errorf("bench: message size %d out of range: want %d to %d bytes", size, StampLen, MaxSize)
 	}
 	return nil
 }

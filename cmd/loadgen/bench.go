@@ -89,8 +89,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		c.groups[g] = true
 	}
 	switch {
-	case c.size < headerLen || c.size > 64<<10-4:
-		return fmt.Errorf("--size %d: want %d to %d bytes", c.size, headerLen, 64<<10-4)
+	case c.size < headerLen || c.size > bench.MaxSize:
+		return fmt.Errorf("--size %d: want %d to %d bytes", c.size, headerLen, bench.MaxSize)
 	case c.duration <= 0:
 		return fmt.Errorf("--duration must be positive, got %v", c.duration)
 	case !(c.rate > 0) || math.IsInf(c.rate, 0):

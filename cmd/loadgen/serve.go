@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -106,12 +105,13 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 			if len(m.Payload) < headerLen {
 				continue
 			}
-			if !d.Observe(binary.LittleEndian.Uint64(m.Payload[8:])) {
+			intended, seq := bench.Stamped(m.Payload)
+			if !d.Observe(seq) {
 				continue
 			}
 			n++
 			bytes += int64(len(m.Payload))
-			lat := now - int64(binary.LittleEndian.Uint64(m.Payload))
+			lat := now - intended
 			ss.rec.Record(lat)
 			s.rec.Record(lat)
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,8 +19,9 @@ import (
 )
 
 // headerLen is the part of every loadgen payload that carries its intended
-// send time and its per-channel sequence number; the rest is filler.
-const headerLen = 16
+// send time and its per-channel sequence number (bench.Stamp's layout, which
+// the plain-TCP baselines use too); the rest is filler.
+const headerLen = bench.StampLen
 
 // transportConfig is the transport scenario's configuration.
 type transportConfig struct {
@@ -139,10 +139,11 @@ func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *benc
 			gaps++
 			continue
 		}
-		if !c.Observe(binary.LittleEndian.Uint64(p[8:])) {
+		intended, seq := bench.Stamped(p)
+		if !c.Observe(seq) {
 			continue
 		}
-		if l := now - int64(binary.LittleEndian.Uint64(p)); l != lat || same == 0 {
+		if l := now - intended; l != lat || same == 0 {
 			rec.RecordN(lat, same)
 			lat, same = l, 1
 		} else {
@@ -393,8 +394,7 @@ func newPayloadSource(size, channels int) *payloadSource {
 }
 
 func (p *payloadSource) next(ch int, intended int64) []byte {
-	binary.LittleEndian.PutUint64(p.buf, uint64(intended))
-	binary.LittleEndian.PutUint64(p.buf[8:], p.seqs[ch])
+	bench.Stamp(p.buf, intended, p.seqs[ch])
 	return p.buf
 }
 
@@ -412,8 +412,7 @@ func (p *payloadSource) newRun(n int) []transport.Message {
 func (p *payloadSource) stamp(run []transport.Message, ch int, intended int64) {
 	for i := range run {
 		run[i].Ts = intended
-		binary.LittleEndian.PutUint64(run[i].Payload, uint64(intended))
-		binary.LittleEndian.PutUint64(run[i].Payload[8:], p.seqs[ch]+uint64(i))
+		bench.Stamp(run[i].Payload, intended, p.seqs[ch]+uint64(i))
 	}
 }
 
