@@ -98,12 +98,12 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	sc := bench.NewScorecard(fmt.Sprintf("loadgen bench: %d B messages, one channel", c.size), map[string]any{
-		"size": c.size, "duration_per_case": c.duration.String(), "fixed_rate": c.rate, "topologies": topos,
+		"size": c.size, "duration_per_case": c.duration.String(), "fixed_rate": c.rate, "topologies": topos, "cases": *cases,
 	})
 	sc.Notes = append(sc.Notes,
 		"throughput is messages delivered and checked by the receiver divided by the time from the first send to the last delivery",
 		"the receiving transport tasks run inline (Node.HandleInline) in the throughput and fixed-rate cases, as loadgen run --scenario transport does by default; the ping-pong tasks run on their own goroutines (Node.Handle), as BenchmarkTransportPingPong does",
-		"the fixed-rate driver sleeps on timers and sends what fell due in a burst (bench.FixedRate, RealClock{}), for the transport and plain TCP alike; latency is from each message's intended send time; the driver alone, sending nothing, is how late this machine's timers let it hand messages over, a floor under every fixed-rate figure; plain TCP writes each message with a system call of its own, the best latency while the machine keeps up with 100 k writes a second, and the worst once it does not (its driver lag says which)",
+		fmt.Sprintf("the fixed-rate driver sleeps on timers and sends what fell due in a burst (bench.FixedRate, RealClock{}), for the transport and plain TCP alike; latency is from each message's intended send time; the driver alone, sending nothing, is how late this machine's timers let it hand messages over, a floor under every fixed-rate figure; plain TCP writes each message with a system call of its own, the best latency while the machine keeps up with %v writes a second, and the worst once it does not (its driver lag says which)", c.rate),
 		"goals are the default backend's (issue 14); the net backend's rows are for comparison")
 	if c.topologies != "one" {
 		sc.Notes = append(sc.Notes, "two processes: this binary re-executed as 'loadgen benchpeer' (os.Executable) hosts the receiving node, TCP reader or echo; it is driven over a pipe of JSON lines")
