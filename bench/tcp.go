@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -20,7 +21,8 @@ import (
 //     reads 64 KiB at a time and parses and checks every message;
 //   - fixed-rate latency: the sender writes each [Stamp]ed message with one
 //     write (the best latency plain TCP offers) when a [FixedRate] driver
-//     says it is due; [ReadStamped] records Now()-intended for each;
+//     says it is due; [ReadStamped] reads what has arrived, up to 64 KiB at
+//     a time, and records Now()-intended for each message;
 //   - ping-pong: a [Pinger] writes one message and waits for [Echo] to send
 //     it back.
 //
@@ -35,6 +37,10 @@ const StampLen = 16
 
 // packedBuffer is the write and read size of the throughput ceiling.
 const packedBuffer = 64 << 10
+
+// MaxSize is the largest message the baselines carry: one, with its length,
+// fills a 64 KiB buffer.
+const MaxSize = packedBuffer - 4
 
 // ErrBadMessage is returned by the readers when a message is not what the
 // writers write: a length other than the agreed size, or a truncated stream.
@@ -57,8 +63,8 @@ func Stamped(msg []byte) (intended int64, seq uint64) {
 
 // checkSize refuses message sizes the baselines cannot carry.
 func checkSize(size int) error {
-	if size < StampLen || size > packedBuffer-4 {
-		return fmt.Errorf("bench: message size %d out of range: want %d to %d bytes", size, StampLen, packedBuffer-4)
+	if size < StampLen || size > MaxSize {
+		return fmt.Errorf("bench: message size %d out of range: want %d to %d bytes", size, StampLen, MaxSize)
 	}
 	return nil
 }
@@ -77,19 +83,23 @@ type Delivery struct {
 	next   uint64
 }
 
-// observe checks one sequence number.
-func (d *Delivery) observe(seq uint64) {
+// Observe checks the next message's sequence number: one already seen is
+// a duplicate, for which Observe returns false; one beyond the next
+// expected counts the numbers skipped as missing and is delivered. Any
+// receiver of sequence-numbered messages can count with it; it is not safe
+// for concurrent use.
+func (d *Delivery) Observe(seq uint64) (first bool) {
 	switch {
 	case seq == d.next:
-		d.next++
-		d.Delivered++
 	case seq < d.next:
 		d.Duplicates++
+		return false
 	default:
 		d.Missing += int64(seq - d.next)
-		d.next = seq + 1
-		d.Delivered++
 	}
+	d.next = seq + 1
+	d.Delivered++
+	return true
 }
 
 // ExactlyOnce reports whether sent messages arrived, each exactly once.
@@ -204,7 +214,7 @@ func ReadPacked(r io.Reader, size int) (Delivery, error) {
 				break
 			}
 			_, seq := Stamped(buf[used+4:])
-			d.observe(seq)
+			d.Observe(seq)
 			used += 4 + l
 		}
 		have = copy(buf, buf[used:have])
@@ -221,12 +231,16 @@ func ReadPacked(r io.Reader, size int) (Delivery, error) {
 
 // ReadStamped is the receiving half of the fixed-rate baseline: it reads
 // size-byte [Stamp]ed messages from r until EOF, checks their sequence
-// numbers, and records each one's Now()-intended into rec.
+// numbers, and records each one's Now()-intended into rec. It reads up to
+// 64 KiB at a time, so that a reader that fell behind catches up with one
+// system call, as the transport's receiving loops do, rather than one per
+// message.
 func ReadStamped(r io.Reader, size int, rec *Recorder) (Delivery, error) {
 	var d Delivery
 	if err := checkSize(size); err != nil {
 		return d, err
 	}
+	r = bufio.NewReaderSize(r, packedBuffer)
 	buf := make([]byte, size)
 	for {
 		if _, err := io.ReadFull(r, buf); err != nil {
@@ -242,7 +256,7 @@ func ReadStamped(r io.Reader, size int, rec *Recorder) (Delivery, error) {
 		intended, seq := Stamped(buf)
 		rec.Record(now - intended)
 		d.LastNS = now
-		d.observe(seq)
+		d.Observe(seq)
 	}
 }
 

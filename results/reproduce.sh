@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Re-runs every published figure in results/ on this machine and writes the
 # reports next to this script. Each block is one row of results/README.md;
-# run one by hand to reproduce one figure. Takes about ten minutes.
+# run one by hand to reproduce one figure. Takes about twelve minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -o /tmp/sluice-loadgen ./cmd/loadgen

@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/bench"
@@ -23,6 +26,7 @@ type benchConfig struct {
 	duration   time.Duration
 	rate       float64
 	topologies string
+	groups     map[string]bool // the case groups to measure
 	out        string
 	json       bool
 }
@@ -50,10 +54,12 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"(the 64 KiB ideal-batching ceiling; the same fixed-rate driver writing each message; a TCP echo), in one\n"+
 		"process and across two (this binary re-executed as 'loadgen benchpeer' hosts the receiving end). Prints every\n"+
 		"figure with its baseline, the ratio, the goal of issue 14 and whether it was met, and writes bench.json and\n"+
-		"bench.md to --out.", stderr)
+		"bench.md to --out. Exits with status 1 if a checked case lost or repeated a message; goals not met do not\n"+
+		"change the exit status.", stderr)
 	var c benchConfig
 	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each of the 20 cases runs (10 per topology)")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (12 per topology with every group, 24 in all)")
+	cases := fs.String("cases", strings.Join(benchGroups, ","), "which groups of cases to measure, each with its own baselines: "+strings.Join(benchGroups, ", "))
 	fs.Float64Var(&c.rate, "rate", 100_000, "messages per second of the fixed-rate cases")
 	fs.StringVar(&c.topologies, "topology", "both", "which topologies to measure: one (two nodes in one process), two (two processes) or both")
 	fs.StringVar(&c.out, "out", filepath.Join("results", "local", "bench"), "directory for bench.json and bench.md")
@@ -75,9 +81,16 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	default:
 		return fmt.Errorf("--topology must be one, two or both, got %q", c.topologies)
 	}
+	c.groups = map[string]bool{}
+	for _, g := range strings.Split(*cases, ",") {
+		if g = strings.TrimSpace(g); !slices.Contains(benchGroups, g) {
+			return fmt.Errorf("--cases: unknown group %q (want some of %s)", g, strings.Join(benchGroups, ","))
+		}
+		c.groups[g] = true
+	}
 	switch {
-	case c.size < headerLen || c.size > 64<<10-4:
-		return fmt.Errorf("--size %d: want %d to %d bytes", c.size, headerLen, 64<<10-4)
+	case c.size < headerLen || c.size > bench.MaxSize:
+		return fmt.Errorf("--size %d: want %d to %d bytes", c.size, headerLen, bench.MaxSize)
 	case c.duration <= 0:
 		return fmt.Errorf("--duration must be positive, got %v", c.duration)
 	case !(c.rate > 0) || math.IsInf(c.rate, 0):
@@ -85,15 +98,17 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 
 	sc := bench.NewScorecard(fmt.Sprintf("loadgen bench: %d B messages, one channel", c.size), map[string]any{
-		"size": c.size, "duration_per_case": c.duration.String(), "fixed_rate": c.rate, "topologies": topos,
+		"size": c.size, "duration_per_case": c.duration.String(), "fixed_rate": c.rate, "topologies": topos, "cases": *cases,
 	})
 	sc.Notes = append(sc.Notes,
 		"throughput is messages delivered and checked by the receiver divided by the time from the first send to the last delivery",
 		"the receiving transport tasks run inline (Node.HandleInline) in the throughput and fixed-rate cases, as loadgen run --scenario transport does by default; the ping-pong tasks run on their own goroutines (Node.Handle), as BenchmarkTransportPingPong does",
-		"the fixed-rate driver sleeps on timers and sends what fell due in a burst (bench.FixedRate, RealClock{}), for the transport and plain TCP alike; latency is from each message's intended send time",
-		"two processes: this binary re-executed as 'loadgen benchpeer' (os.Executable) hosts the receiving node, TCP reader or echo; it is driven over a pipe of JSON lines",
+		fmt.Sprintf("the fixed-rate driver sleeps on timers and sends what fell due in a burst (bench.FixedRate, RealClock{}), for the transport and plain TCP alike; latency is from each message's intended send time; the driver alone, sending nothing, is how late this machine's timers let it hand messages over, a floor under every fixed-rate figure; plain TCP writes each message with a system call of its own, the best latency while the machine keeps up with %v writes a second, and the worst once it does not (its driver lag says which)", c.rate),
 		"goals are the default backend's (issue 14); the net backend's rows are for comparison")
-	fmt.Fprintf(stderr, "loadgen bench: %s; %d cases of %v each\n", sc.Machine, 10*len(topos), c.duration)
+	if c.topologies != "one" {
+		sc.Notes = append(sc.Notes, "two processes: this binary re-executed as 'loadgen benchpeer' (os.Executable) hosts the receiving node, TCP reader or echo; it is driven over a pipe of JSON lines")
+	}
+	fmt.Fprintf(stderr, "loadgen bench: %s; %d cases of %v each\n", sc.Machine, len((&bencher{cfg: c}).steps())*len(topos), c.duration)
 	start := time.Now()
 	for _, topo := range topos {
 		if err := benchTopology(ctx, c, topo, sc, stderr); err != nil {
@@ -123,43 +138,83 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// benchTopology measures the ten cases of one topology and adds their runs
-// and rows to sc.
+// benchGroups are the groups of cases, in the order they run: each group
+// holds its own baselines, so any of them can run alone.
+var benchGroups = []string{"throughput", "fixed", "pingpong"}
+
+// benchStep is one case: a run of its group.
+type benchStep struct {
+	group string
+	run   func(context.Context) error
+}
+
+// steps lists the cases of the groups b.cfg selects.
+func (b *bencher) steps() []benchStep {
+	all := []benchStep{
+		{"throughput", b.tcpCeiling},
+		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, true) }},
+		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendNet, true) }},
+		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, false) }},
+		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendNet, false) }},
+		{"fixed", b.driverAlone},
+		{"fixed", b.tcpFixed},
+		{"fixed", func(ctx context.Context) error { return b.transportFixed(ctx, backendDefault) }},
+		{"fixed", func(ctx context.Context) error { return b.transportFixed(ctx, backendNet) }},
+		{"pingpong", b.tcpPingPong},
+		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendDefault) }},
+		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendNet) }},
+	}
+	var out []benchStep
+	for _, s := range all {
+		if b.cfg.groups[s.group] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// benchTopology measures the selected cases of one topology and adds their
+// runs and rows to sc.
 func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Scorecard, stderr io.Writer) error {
 	var h host = &localHost{}
+	var ch *childHost
 	prefix := "1p/"
 	if topo == topoTwo {
-		ch, err := startChildHost(stderr)
-		if err != nil {
+		var err error
+		if ch, err = startChildHost(stderr); err != nil {
 			return err
 		}
 		h, prefix = ch, "2p/"
+		var stop context.CancelFunc
+		ctx, stop = ch.watch(ctx)
+		defer stop()
 	}
 	defer h.close()
 	b := &bencher{cfg: c, host: h, topo: topo, prefix: prefix, sc: sc, stderr: stderr}
-	steps := []func(context.Context) error{
-		b.tcpCeiling,
-		func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, true) },
-		func(ctx context.Context) error { return b.transportMax(ctx, backendNet, true) },
-		func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, false) },
-		func(ctx context.Context) error { return b.transportMax(ctx, backendNet, false) },
-		b.tcpFixed,
-		func(ctx context.Context) error { return b.transportFixed(ctx, backendDefault) },
-		func(ctx context.Context) error { return b.transportFixed(ctx, backendNet) },
-		b.tcpPingPong,
-		func(ctx context.Context) error { return b.transportPingPong(ctx, backendDefault) },
-		func(ctx context.Context) error { return b.transportPingPong(ctx, backendNet) },
-	}
-	for _, step := range steps {
+	for _, step := range b.steps() {
 		cctx, cancel := context.WithTimeout(ctx, 3*c.duration+time.Minute)
-		err := step(cctx)
+		err := step.run(cctx)
 		cancel()
 		if err != nil {
+			if ch != nil {
+				// A case that failed because the second process died
+				// says so, even if the socket noticed first.
+				select {
+				case <-ch.exited:
+					if gone := ch.gone(); !errors.Is(err, gone) {
+						err = fmt.Errorf("%w (%w)", err, gone)
+					}
+				case <-time.After(time.Second):
+				}
+			}
 			return fmt.Errorf("bench: %s: %w", topo, err)
 		}
 	}
 
 	for _, r := range benchRows(prefix, c.rate) {
+		if !c.groups[r.group] {
+			continue
+		}
 		if err := sc.Compare(r.what, r.fig, r.base, r.baseName, r.goal); err != nil {
 			return err
 		}
@@ -169,6 +224,7 @@ func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Sc
 
 // benchRow is one comparison of a topology's scorecard.
 type benchRow struct {
+	group    string
 	what     string
 	fig      bench.Ref
 	base     *bench.Ref
@@ -182,13 +238,16 @@ func benchRows(prefix string, rate float64) []benchRow {
 	refp := func(run, metric string) *bench.Ref { r := ref(run, metric); return &r }
 	const ceiling, tcp = "plain TCP ceiling", "plain TCP"
 	rows := []benchRow{
-		{"throughput: plain TCP, ideal 64 KiB batching (the ceiling)", ref("tcp-ceiling", "msgs_per_s"), nil, "", nil},
-		{"throughput: runs (as loadgen run --scenario transport), default backend", ref("max-runs/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
-		{"throughput: one Send per message, default backend", ref("max-send/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
-		{"throughput: runs (as loadgen run --scenario transport), net backend", ref("max-runs/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
-		{"throughput: one Send per message, net backend", ref("max-send/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
+		{"throughput", "throughput: plain TCP, ideal 64 KiB batching (the ceiling)", ref("tcp-ceiling", "msgs_per_s"), nil, "", nil},
+		{"throughput", "throughput: runs (as loadgen run --scenario transport), default backend", ref("max-runs/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
+		{"throughput", "throughput: one Send per message, default backend", ref("max-send/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
+		{"throughput", "throughput: runs (as loadgen run --scenario transport), net backend", ref("max-runs/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
+		{"throughput", "throughput: one Send per message, net backend", ref("max-send/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
 	}
 	fixed := "fixed " + strconv.FormatFloat(rate, 'f', -1, 64) + " msgs/s"
+	for _, m := range []struct{ metric, name string }{{"p50_us", "p50"}, {"p99_us", "p99"}, {"p999_us", "p99.9"}, {"max_lag_us", "max lag"}} {
+		rows = append(rows, benchRow{"fixed", fixed + ": " + m.name + ", the driver alone (the machine's floor)", ref("fixed/driver", m.metric), nil, "", nil})
+	}
 	for _, be := range []string{backendDefault, backendNet} {
 		run := "fixed/" + be
 		var p99, p999 *bench.Goal
@@ -196,14 +255,14 @@ func benchRows(prefix string, rate float64) []benchRow {
 			p99, p999 = &goalFixedP99, &goalFixedP999
 		}
 		rows = append(rows,
-			benchRow{fixed + ": p50, " + be + " backend", ref(run, "p50_us"), refp("fixed/tcp", "p50_us"), tcp, nil},
-			benchRow{fixed + ": p99, " + be + " backend", ref(run, "p99_us"), refp("fixed/tcp", "p99_us"), tcp, p99})
+			benchRow{"fixed", fixed + ": p50, " + be + " backend", ref(run, "p50_us"), refp("fixed/tcp", "p50_us"), tcp, nil},
+			benchRow{"fixed", fixed + ": p99, " + be + " backend", ref(run, "p99_us"), refp("fixed/tcp", "p99_us"), tcp, p99})
 		if be == backendDefault {
-			rows = append(rows, benchRow{fixed + ": p99, default vs net backend", ref(run, "p99_us"), refp("fixed/net", "p99_us"), "net backend", &goalFixedVsNet})
+			rows = append(rows, benchRow{"fixed", fixed + ": p99, default vs net backend", ref(run, "p99_us"), refp("fixed/net", "p99_us"), "net backend", &goalFixedVsNet})
 		}
 		rows = append(rows,
-			benchRow{fixed + ": p99.9, " + be + " backend", ref(run, "p999_us"), refp("fixed/tcp", "p999_us"), tcp, p999},
-			benchRow{fixed + ": driver's max lag, " + be + " backend", ref(run, "max_lag_us"), refp("fixed/tcp", "max_lag_us"), tcp, nil})
+			benchRow{"fixed", fixed + ": p99.9, " + be + " backend", ref(run, "p999_us"), refp("fixed/tcp", "p999_us"), tcp, p999},
+			benchRow{"fixed", fixed + ": driver's max lag, " + be + " backend", ref(run, "max_lag_us"), refp("fixed/tcp", "max_lag_us"), tcp, nil})
 	}
 	for _, be := range []string{backendDefault, backendNet} {
 		run := "pingpong/" + be
@@ -212,8 +271,8 @@ func benchRows(prefix string, rate float64) []benchRow {
 			p50, p99 = &goalPingP50, &goalPingP99
 		}
 		rows = append(rows,
-			benchRow{"ping-pong: p50, " + be + " backend", ref(run, "p50_us"), refp("pingpong/tcp", "p50_us"), tcp, p50},
-			benchRow{"ping-pong: p99, " + be + " backend", ref(run, "p99_us"), refp("pingpong/tcp", "p99_us"), tcp, p99})
+			benchRow{"pingpong", "ping-pong: p50, " + be + " backend", ref(run, "p50_us"), refp("pingpong/tcp", "p50_us"), tcp, p50},
+			benchRow{"pingpong", "ping-pong: p99, " + be + " backend", ref(run, "p99_us"), refp("pingpong/tcp", "p99_us"), tcp, p99})
 	}
 	return rows
 }

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +32,10 @@ var issue14 = []struct {
 	{"max-send/default", "msgs_per_s", "tcp-ceiling", &bench.Goal{On: "ratio", Op: ">=", Limit: 0.8}},
 	{"max-runs/net", "msgs_per_s", "tcp-ceiling", nil},
 	{"max-send/net", "msgs_per_s", "tcp-ceiling", nil},
+	{"fixed/driver", "p50_us", "", nil},
+	{"fixed/driver", "p99_us", "", nil},
+	{"fixed/driver", "p999_us", "", nil},
+	{"fixed/driver", "max_lag_us", "", nil},
 	{"fixed/default", "p50_us", "fixed/tcp", nil},
 	{"fixed/default", "p99_us", "fixed/tcp", &bench.Goal{On: "value", Op: "<=", Limit: 1000}},
 	{"fixed/default", "p99_us", "fixed/net", &bench.Goal{On: "ratio", Op: "<=", Limit: 1.25}},
@@ -56,7 +65,7 @@ var checked = []string{"tcp-ceiling", "max-runs/default", "max-runs/net", "max-s
 // test checks.
 func TestBenchReportsEveryFigure(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 20 cases of 100 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 24 cases of 100 ms")
 	}
 	bin := buildLoadgen(t)
 	out := t.TempDir()
@@ -124,6 +133,11 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 				t.Errorf("run %s is labelled %q, want %q", r.ID, r.Topology, topo.name)
 			}
 			switch {
+			case strings.HasSuffix(r.ID, "fixed/driver"):
+				// The driver alone has no receiving end: it runs in bench.
+				if r.PID != benchPID {
+					t.Errorf("run %s ran in pid %d, not in loadgen bench's %d", r.ID, r.PID, benchPID)
+				}
 			case topo.prefix == "1p/" && r.PID != benchPID:
 				t.Errorf("run %s received in pid %d, not in loadgen bench's own process %d", r.ID, r.PID, benchPID)
 			case topo.prefix == "2p/" && (r.PID == benchPID || r.PID <= 0):
@@ -237,6 +251,8 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--rate", "0"}, "--rate must be a positive"},
 		{[]string{"--topology", "three"}, "--topology must be one, two or both"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--cases", "fixed,speed"}, `--cases: unknown group "speed"`},
+		{[]string{"--cases", ""}, `--cases: unknown group ""`},
 	} {
 		err := run(context.Background(), append([]string{"bench"}, c.args...), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -284,5 +300,108 @@ func TestBenchPeerAnswersBadRequests(t *testing.T) {
 		case wantErr[i] != "" && !strings.Contains(r.Err, wantErr[i]):
 			t.Errorf("answer %d: error %q, want one saying %q", i, r.Err, wantErr[i])
 		}
+	}
+}
+
+// In one process every side runs in the test's own process, so the race
+// detector sees both halves of every case.
+func TestBenchInOneProcess(t *testing.T) {
+	out := t.TempDir()
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"bench", "--topology", "one", "--duration", "50ms", "--out", out}, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := bench.ReadScorecard(filepath.Join(out, "bench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sc.Runs) != 12 || len(sc.Rows) != len(issue14) || !sc.ExactlyOnce {
+		t.Errorf("%d runs, %d rows, exactly once %v; want 12, %d, true", len(sc.Runs), len(sc.Rows), sc.ExactlyOnce, len(issue14))
+	}
+	for _, r := range sc.Runs {
+		if r.PID != os.Getpid() || r.Topology != topoOne || !strings.HasPrefix(r.ID, "1p/") {
+			t.Errorf("run %s: %s, pid %d; want one process, pid %d", r.ID, r.Topology, r.PID, os.Getpid())
+		}
+	}
+	if strings.Contains(stdout.String(), "\n"+topoTwo) {
+		t.Error("--topology one measured two processes")
+	}
+}
+
+// When the second process dies mid-run, loadgen bench stops and says so,
+// naming the process, rather than waiting out the case.
+func TestBenchReportsADeadSecondProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short mode: builds loadgen")
+	}
+	bin := buildLoadgen(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "bench", "--topology", "two", "--duration", "2s", "--out", t.TempDir())
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The first case's line names the second process; kill it then.
+	var seen bytes.Buffer
+	var child int
+	sc := bufio.NewScanner(stderr)
+	for child == 0 && sc.Scan() {
+		seen.WriteString(sc.Text() + "\n")
+		if _, after, ok := strings.Cut(sc.Text(), "(receiver pid "); ok {
+			child, _ = strconv.Atoi(strings.TrimSuffix(strings.Fields(after)[0], "):"))
+		}
+	}
+	if child == 0 || child == cmd.Process.Pid {
+		t.Fatalf("no second process named (pid %d, bench %d):\n%s", child, cmd.Process.Pid, seen.String())
+	}
+	p, err := os.FindProcess(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Kill(); err != nil {
+		t.Fatalf("killing the second process %d: %v", child, err)
+	}
+	rest, _ := io.ReadAll(stderr)
+	seen.Write(rest)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Errorf("loadgen bench ended with %v, want exit status 2", err)
+	}
+	if want := fmt.Sprintf("the second process (pid %d) exited: signal: killed", child); !strings.Contains(seen.String(), want) {
+		t.Errorf("loadgen bench does not say %q:\n%s", want, seen.String())
+	}
+}
+
+// --cases measures the groups it names, each with its own baselines, and
+// no others.
+func TestBenchCasesSelectGroups(t *testing.T) {
+	out := t.TempDir()
+	if err := run(context.Background(), []string{"bench", "--topology", "one", "--cases", "pingpong", "--duration", "50ms", "--out", out}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := bench.ReadScorecard(filepath.Join(out, "bench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	for _, r := range sc.Runs {
+		runs = append(runs, r.ID)
+	}
+	if want := []string{"1p/pingpong/tcp", "1p/pingpong/default", "1p/pingpong/net"}; !slices.Equal(runs, want) {
+		t.Errorf("runs %v, want %v", runs, want)
+	}
+	rows := 0
+	for _, w := range issue14 {
+		if strings.HasPrefix(w.run, "pingpong/") {
+			rows++
+		}
+	}
+	if len(sc.Rows) != rows || sc.Goals != 2 {
+		t.Errorf("%d rows, %d goals; want %d rows, 2 goals", len(sc.Rows), sc.Goals, rows)
 	}
 }

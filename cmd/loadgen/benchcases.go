@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
@@ -122,12 +123,12 @@ func (b *bencher) tcpCeiling(ctx context.Context) error {
 
 // connectNode starts a node of backend be and opens a channel from
 // pingTask to echoTask at addr.
-func (b *bencher) connectNode(ctx context.Context, be, addr string, extra ...transport.Option) (*transport.Node, *transport.Sender, error) {
+func (b *bencher) connectNode(ctx context.Context, be, addr string) (*transport.Node, *transport.Sender, error) {
 	opts, err := backendOptions(be)
 	if err != nil {
 		return nil, nil, err
 	}
-	n, err := transport.NewNode(append(extra, opts...)...)
+	n, err := transport.NewNode(opts...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -268,6 +269,23 @@ func (b *bencher) tcpFixed(ctx context.Context) error {
 		return err
 	}
 	return b.add(run)
+}
+
+// driverAlone runs the fixed-rate driver with nothing to send, recording
+// how late it hands each message over: the floor of every fixed-rate figure
+// on this machine, as BenchmarkFixedRate100kDriverAlone measures it.
+func (b *bencher) driverAlone(ctx context.Context) error {
+	rec := bench.NewRecorder()
+	start := time.Now()
+	res, err := bench.FixedRate{Rate: b.cfg.rate, Duration: b.cfg.duration, Clock: bench.RealClock{}, Recorder: rec}.Run(ctx,
+		func(context.Context, int64, int64) error { return nil })
+	if err != nil {
+		return fmt.Errorf("fixed/driver: %w", err)
+	}
+	l := rec.Latency()
+	return b.add(bench.Run{ID: "fixed/driver", Case: "fixed rate", Subject: "the driver alone, sending nothing", PID: os.Getpid(),
+		Sent: res.Sent, DurationS: time.Since(start).Seconds(),
+		Figures: map[string]float64{"p50_us": l.P50, "p99_us": l.P99, "p999_us": l.P999, "max_lag_us": float64(res.MaxLagNS) / 1e3}})
 }
 
 // tcpPingPong: one message there and back over plain TCP, for the duration.

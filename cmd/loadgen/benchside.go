@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -281,7 +282,9 @@ type host interface {
 // localHost runs sides in this process.
 type localHost struct{ cur side }
 
+// start aborts a side a failed case left behind, then starts spec's.
 func (h *localHost) start(ctx context.Context, spec sideSpec) (string, int, error) {
+	_ = h.close()
 	s, err := startSide(ctx, spec)
 	if err != nil {
 		return "", 0, err
@@ -323,6 +326,9 @@ type childHost struct {
 	in  io.WriteCloser
 	out *bufio.Scanner
 	mu  sync.Mutex
+	// exited is closed when the child has exited; waitErr is then why.
+	exited  chan struct{}
+	waitErr error
 }
 
 func startChildHost(stderr io.Writer) (*childHost, error) {
@@ -345,7 +351,37 @@ func startChildHost(stderr io.Writer) (*childHost, error) {
 	}
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	return &childHost{cmd: cmd, in: in, out: sc}, nil
+	h := &childHost{cmd: cmd, in: in, out: sc, exited: make(chan struct{})}
+	go func() {
+		// Wait closes the stdout pipe only after the child exited, so
+		// reading an answer may be underway; it then ends at EOF.
+		h.waitErr = cmd.Wait()
+		close(h.exited)
+	}()
+	return h, nil
+}
+
+// gone says why the child is no longer there, once it exited.
+func (h *childHost) gone() error {
+	<-h.exited
+	if h.waitErr != nil {
+		return fmt.Errorf("bench: the second process (pid %d) exited: %w", h.cmd.Process.Pid, h.waitErr)
+	}
+	return fmt.Errorf("bench: the second process (pid %d) exited", h.cmd.Process.Pid)
+}
+
+// watch returns a context that ends with ctx or when the child exits, so
+// that a case whose far end died stops at once instead of at its timeout.
+func (h *childHost) watch(ctx context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-h.exited:
+			cancel(h.gone())
+		case <-cctx.Done():
+		}
+	}()
+	return cctx, func() { cancel(nil) }
 }
 
 // call sends one request and reads its answer, or gives up when ctx ends
@@ -377,6 +413,11 @@ func (h *childHost) call(ctx context.Context, spec sideSpec) (sideReply, error) 
 	select {
 	case a := <-ch:
 		if a.err != nil {
+			select {
+			case <-h.exited:
+				return sideReply{}, h.gone()
+			case <-time.After(time.Second):
+			}
 			return sideReply{}, fmt.Errorf("bench: reading the second process's answer: %w", a.err)
 		}
 		if a.r.Err != "" {
@@ -385,7 +426,7 @@ func (h *childHost) call(ctx context.Context, spec sideSpec) (sideReply, error) 
 		return a.r, nil
 	case <-ctx.Done():
 		_ = h.cmd.Process.Kill()
-		return sideReply{}, fmt.Errorf("bench: the second process did not answer %s: %w", spec.Op, ctx.Err())
+		return sideReply{}, fmt.Errorf("bench: the second process did not answer %s: %w", spec.Op, context.Cause(ctx))
 	}
 }
 
@@ -399,29 +440,50 @@ func (h *childHost) finish(ctx context.Context) (sideReply, error) {
 	return h.call(ctx, sideSpec{Op: "finish"})
 }
 
+// close ends the child's stdin, which ends the child, and waits for it.
 func (h *childHost) close() error {
 	h.in.Close()
-	return h.cmd.Wait()
+	<-h.exited
+	return h.waitErr
 }
 
 // benchPeerCmd is the second process of loadgen bench: it starts and
 // finishes sides as its stdin asks, one JSON line each, answering each on
-// stdout, until stdin ends.
+// stdout, until stdin ends or ctx is done (SIGINT, SIGTERM).
 func benchPeerCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("benchpeer", "The second process of 'loadgen bench' (internal): hosts the receiving side of each case,\n"+
 		"driven by JSON lines on stdin.", stderr)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	sc := bufio.NewScanner(stdin)
+	lines := make(chan []byte)
+	scanErr := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			lines <- bytes.Clone(sc.Bytes())
+		}
+		scanErr <- sc.Err()
+		close(lines)
+	}()
 	enc := json.NewEncoder(stdout)
 	h := &localHost{}
 	defer h.close()
-	for sc.Scan() {
+	for {
+		var line []byte
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case l, ok := <-lines:
+			if !ok {
+				return <-scanErr
+			}
+			line = l
+		}
 		var spec sideSpec
 		var r sideReply
 		var err error
-		if err = json.Unmarshal(sc.Bytes(), &spec); err == nil {
+		if err = json.Unmarshal(line, &spec); err == nil {
 			switch spec.Op {
 			case "start":
 				r.Addr, r.PID, err = h.start(ctx, spec)
@@ -441,5 +503,4 @@ func benchPeerCmd(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			return err
 		}
 	}
-	return sc.Err()
 }

@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -61,7 +60,7 @@ type session struct {
 	rec                           *bench.Recorder
 	delivered, dups, gaps, nbytes atomic.Int64
 	mu                            sync.Mutex
-	next                          map[taskid.ID]uint64
+	chans                         map[taskid.ID]*bench.Delivery // by source task
 }
 
 type server struct {
@@ -80,7 +79,7 @@ func (s *server) session(epoch uint64) *session {
 	defer s.mu.Unlock()
 	ss, ok := s.sessions[epoch]
 	if !ok {
-		ss = &session{rec: bench.NewRecorder(), next: map[taskid.ID]uint64{}}
+		ss = &session{rec: bench.NewRecorder(), chans: map[taskid.ID]*bench.Delivery{}}
 		s.sessions[epoch] = ss
 	}
 	return ss
@@ -95,28 +94,28 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 		ss := s.session(ch.Epoch)
 		now := bench.Now()
 		ss.mu.Lock()
-		next := ss.next[ch.Source]
-		var dups, gaps, n, bytes int64
+		d := ss.chans[ch.Source]
+		if d == nil {
+			d = &bench.Delivery{}
+			ss.chans[ch.Source] = d
+		}
+		before := *d
+		var n, bytes int64
 		for _, m := range msgs {
 			if len(m.Payload) < headerLen {
 				continue
 			}
-			seq := binary.LittleEndian.Uint64(m.Payload[8:])
-			switch {
-			case seq < next:
-				dups++
+			intended, seq := bench.Stamped(m.Payload)
+			if !d.Observe(seq) {
 				continue
-			case seq > next:
-				gaps += int64(seq - next)
 			}
-			next = seq + 1
 			n++
 			bytes += int64(len(m.Payload))
-			lat := now - int64(binary.LittleEndian.Uint64(m.Payload))
+			lat := now - intended
 			ss.rec.Record(lat)
 			s.rec.Record(lat)
 		}
-		ss.next[ch.Source] = next
+		dups, gaps := d.Duplicates-before.Duplicates, d.Missing-before.Missing
 		ss.mu.Unlock()
 		ss.delivered.Add(n)
 		ss.dups.Add(dups)

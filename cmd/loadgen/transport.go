@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,8 +19,9 @@ import (
 )
 
 // headerLen is the part of every loadgen payload that carries its intended
-// send time and its per-channel sequence number; the rest is filler.
-const headerLen = 16
+// send time and its per-channel sequence number (bench.Stamp's layout, which
+// the plain-TCP baselines use too); the rest is filler.
+const headerLen = bench.StampLen
 
 // transportConfig is the transport scenario's configuration.
 type transportConfig struct {
@@ -122,13 +122,14 @@ type checker struct {
 }
 
 type chanCheck struct {
-	next uint64
-	_    [56]byte // keep channels on their own cache lines
+	bench.Delivery
+	_ [64]byte // keep channels on their own cache lines
 }
 
 func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *bench.Recorder) {
 	c := &k.chans[ch]
-	var dups, gaps, bytes int64
+	dupsBefore, missingBefore := c.Duplicates, c.Missing
+	var gaps, bytes int64
 	// Messages stamped with one clock read and received in one run have
 	// one latency: record each value once with its count.
 	var lat, same int64
@@ -138,18 +139,11 @@ func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *benc
 			gaps++
 			continue
 		}
-		seq := binary.LittleEndian.Uint64(p[8:])
-		switch {
-		case seq == c.next:
-			c.next++
-		case seq < c.next:
-			dups++
+		intended, seq := bench.Stamped(p)
+		if !c.Observe(seq) {
 			continue
-		default:
-			gaps += int64(seq - c.next)
-			c.next = seq + 1
 		}
-		if l := now - int64(binary.LittleEndian.Uint64(p)); l != lat || same == 0 {
+		if l := now - intended; l != lat || same == 0 {
 			rec.RecordN(lat, same)
 			lat, same = l, 1
 		} else {
@@ -158,6 +152,8 @@ func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *benc
 		bytes += int64(len(p))
 	}
 	rec.RecordN(lat, same)
+	dups := c.Duplicates - dupsBefore
+	gaps += c.Missing - missingBefore
 	k.delivered.Add(int64(len(msgs)) - dups)
 	k.bytes.Add(bytes)
 	if dups > 0 {
@@ -398,8 +394,7 @@ func newPayloadSource(size, channels int) *payloadSource {
 }
 
 func (p *payloadSource) next(ch int, intended int64) []byte {
-	binary.LittleEndian.PutUint64(p.buf, uint64(intended))
-	binary.LittleEndian.PutUint64(p.buf[8:], p.seqs[ch])
+	bench.Stamp(p.buf, intended, p.seqs[ch])
 	return p.buf
 }
 
@@ -417,8 +412,7 @@ func (p *payloadSource) newRun(n int) []transport.Message {
 func (p *payloadSource) stamp(run []transport.Message, ch int, intended int64) {
 	for i := range run {
 		run[i].Ts = intended
-		binary.LittleEndian.PutUint64(run[i].Payload, uint64(intended))
-		binary.LittleEndian.PutUint64(run[i].Payload[8:], p.seqs[ch]+uint64(i))
+		bench.Stamp(run[i].Payload, intended, p.seqs[ch]+uint64(i))
 	}
 }
 
