@@ -47,8 +47,11 @@ func (c *conn) flushDirect() {
 	if !c.wmu.TryLock() {
 		c.mu.Lock()
 		c.mu.scheduled = false
-		c.scheduleLocked()
+		wake := c.scheduleLocked()
 		c.mu.Unlock()
+		if wake {
+			c.wake()
+		}
 		return
 	}
 	c.flushLocked(true)
@@ -89,9 +92,7 @@ func (c *conn) writeDirect(iov [][]byte, total int) bool {
 		c.carry = append(c.carry, b[n:]...)
 		n = 0
 	}
-	c.mu.Lock()
-	c.scheduleLocked()
-	c.mu.Unlock()
+	c.schedule()
 	return true
 }
 

@@ -56,43 +56,68 @@ func (c *conn) sendCtrl(appendFrame func([]byte) []byte) {
 		return
 	}
 	c.mu.ctrl = appendFrame(c.mu.ctrl)
-	c.scheduleLocked()
+	wake := c.scheduleLocked()
 	c.mu.Unlock()
+	if wake {
+		c.wake()
+	}
 }
 
 // enqueue marks ch ready to send on c. The caller holds ch.mu and has
 // checked that ch is not queued already. It reports whether the caller,
 // once it has released ch.mu, should write the batch itself with
-// flushDirect; otherwise the loop has been scheduled. mayDirect is false
-// on the loop, which flushes anyway.
-func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct bool) {
+// flushDirect, or else wake the loop with wake; or neither, when the loop
+// is already scheduled. mayDirect is false on the loop, which flushes
+// anyway.
+func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake bool) {
 	c.pending.Add(int64(bytes))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mu.closed {
-		return false
+		return false, false
 	}
 	c.addReadyLocked(ch)
 	if c.mu.scheduled {
-		return false
+		return false, false
 	}
 	if mayDirect && c.fd >= 0 && !c.linkBuffered.Load() && c.state.Load() == stOpen &&
 		c.node.now()-c.lastWrite.Load() >= max(directGap, c.writeCost.Load()) {
 		// Claimed: nobody schedules the loop while the caller writes.
 		c.mu.scheduled = true
-		return true
+		return true, false
 	}
-	c.scheduleLocked()
-	return false
+	return false, c.scheduleLocked()
 }
 
-func (c *conn) scheduleLocked() {
+// scheduleLocked marks the loop as scheduled to flush. It reports whether
+// the caller must wake the loop (wake) once it has released c.mu and any
+// lock a flush takes: waking is a system call, and a loop woken while the
+// waker still holds c.mu wakes only to wait for it, then waits again for a
+// thread.
+func (c *conn) scheduleLocked() (wake bool) {
 	if c.mu.scheduled || c.state.Load() != stOpen {
-		return
+		return false
 	}
 	c.mu.scheduled = true
+	return true
+}
+
+// wake makes the loop flush, after scheduleLocked said so.
+func (c *conn) wake() {
 	if err := c.lk.Execute(c.flushTask); err != nil {
+		c.mu.Lock()
 		c.mu.scheduled = false
+		c.mu.Unlock()
+	}
+}
+
+// schedule is scheduleLocked and wake for a caller that holds no lock.
+func (c *conn) schedule() {
+	c.mu.Lock()
+	wake := c.scheduleLocked()
+	c.mu.Unlock()
+	if wake {
+		c.wake()
 	}
 }
 
@@ -168,9 +193,7 @@ func (c *conn) flushLocked(direct bool) {
 		}
 		if direct && (len(c.carry) > 0 || c.linkBuffered.Load()) {
 			// Bytes are waiting in front: only the loop may write now.
-			c.mu.Lock()
-			c.scheduleLocked()
-			c.mu.Unlock()
+			c.schedule()
 			return
 		}
 		now := c.node.now()

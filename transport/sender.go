@@ -41,6 +41,7 @@ type channel struct {
 		num     uint32 // its number on conn
 		queued  bool   // in conn's ready list
 		direct  *conn  // a conn the pusher is to write to itself once it unlocks (see conn.enqueue)
+		wake    *conn  // a conn whose loop the pusher is to wake once it unlocks (see conn.scheduleLocked)
 		timerAt int64  // when the node's timer will next call tick, 0: never
 		closed  bool
 		err     error // why it was closed, if not by Close (a *ChannelError)
@@ -82,7 +83,9 @@ func (ch *channel) attachLocked(c *conn) {
 	ch.mu.conn, ch.mu.num = c, num
 	ch.mu.queued = true
 	_, retained := ch.mu.src.Retained()
-	c.enqueue(ch, retained, false) // a re-opened channel sends them again
+	if _, wake := c.enqueue(ch, retained, false); wake { // a re-opened channel sends them again
+		c.wake()
+	}
 	ch.scheduleLocked(now)
 }
 
@@ -121,11 +124,14 @@ func (ch *channel) push(ts int64, payload []byte) error {
 // unlockAndWrite releases ch.mu and then, if a push found the connection
 // idle, writes the batch from this goroutine.
 func (ch *channel) unlockAndWrite() {
-	c := ch.mu.direct
-	ch.mu.direct = nil
+	c, w := ch.mu.direct, ch.mu.wake
+	ch.mu.direct, ch.mu.wake = nil, nil
 	ch.mu.Unlock()
 	if c != nil {
 		c.flushDirect()
+	}
+	if w != nil {
+		w.wake()
 	}
 }
 
@@ -161,8 +167,11 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 		// A channel with many messages unacknowledged is streaming: its
 		// batches are the loop's to gather, not one message per write.
 		inflight, _ := src.Retained()
-		if c.enqueue(ch, len(payload), inflight <= directMaxUnacked) {
+		switch direct, wake := c.enqueue(ch, len(payload), inflight <= directMaxUnacked); {
+		case direct:
 			ch.mu.direct = c
+		case wake:
+			ch.mu.wake = c
 		}
 	}
 	return nil
@@ -400,7 +409,9 @@ func (ch *channel) onAck(c *conn, a wire.Ack) {
 	}
 	if !ch.mu.queued && src.Ready() {
 		ch.mu.queued = true
-		c.enqueue(ch, 0, false)
+		if _, wake := c.enqueue(ch, 0, false); wake {
+			c.wake() // on the loop: no other thread waits for ch.mu or c.mu here
+		}
 	}
 	ch.scheduleLocked(now)
 	ch.mu.Unlock()

@@ -195,9 +195,7 @@ func (t *timers) run() {
 		}
 		due = due[:0]
 		for i, c := range flush {
-			c.mu.Lock()
-			c.scheduleLocked()
-			c.mu.Unlock()
+			c.schedule()
 			flush[i] = nil
 		}
 		flush = flush[:0]
