@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/jobs"
+	"github.com/sluicehq/sluice/engine/journal"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -33,13 +34,16 @@ type engineConfig struct {
 	maxRestarts int
 	sync        bool
 	chain       bool
+	startOver   bool
 }
 
 func (c *engineConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.input, "input", "", "wordcount: the text file to count")
 	fs.StringVar(&c.output, "output", "", "wordcount: where to write word<TAB>count lines")
 	fs.IntVar(&c.nodes, "nodes", 1, "engine scenarios: OS processes to place tasks in (1: this process)")
-	fs.StringVar(&c.dir, "data-dir", "", "engine scenarios: directory for source logs and checkpoints (default: a temporary one)")
+	fs.StringVar(&c.dir, "data-dir", "", "engine scenarios: directory for the coordinator's journal, source logs and checkpoints (default: a temporary one);\n"+
+		"a directory that holds the same job resumes it from its last completed checkpoint")
+	fs.BoolVar(&c.startOver, "start-over", false, "engine scenarios: discard what --data-dir holds instead of resuming it or refusing another job's")
 	fs.DurationVar(&c.ckptEvery, "checkpoint-every", time.Second, "engine scenarios: wall time between checkpoints")
 	fs.IntVar(&c.parallelism, "parallelism", 2, "engine scenarios: tasks of each processor after the source")
 	fs.IntVar(&c.maxRestarts, "max-restarts", 100, "engine scenarios: recoveries allowed per minute before the run fails")
@@ -89,6 +93,13 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	if kill > 0 && ec.nodes < 2 {
 		return nil, 0, errors.New("the kill fault needs --nodes 2 or more (it kills worker processes)")
 	}
+	if ec.dir != "" && !ec.startOver {
+		adoptJournaledDeadline(ec.dir, &spec)
+	}
+	jobConf, err := makeJobConfig(spec)
+	if err != nil {
+		return nil, 0, err
+	}
 	job, err := jobs.Build(spec, rec)
 	if err != nil {
 		return nil, 0, err
@@ -106,7 +117,7 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	}
 	cfg := engine.Config{
 		Transport: topts,
-		Nodes:     ec.nodes, Dir: dir, CheckpointEvery: ec.ckptEvery, InitialInterval: initial,
+		Nodes:     ec.nodes, Dir: dir, JobConfig: jobConf, StartOver: ec.startOver, CheckpointEvery: ec.ckptEvery, InitialInterval: initial,
 		Faults: f, CrashEvery: crash, KillEvery: kill, Seed: tc.seed, NoSync: !ec.sync, NoChain: !ec.chain,
 		Restart: engine.RestartPolicy{MaxRestarts: ec.maxRestarts, Window: time.Minute, MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second},
 	}
@@ -153,6 +164,49 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	return res, elapsed, err
 }
 
+// jobConfig is what the coordinator's journal records of a loadgen job:
+// its spec and, for an input file, its size and modification time, so
+// that a changed input is another job, never resumed.
+type jobConfig struct {
+	Spec       jobs.Spec `json:"spec"`
+	InputSize  int64     `json:"input_size,omitempty"`
+	InputModNs int64     `json:"input_mod_ns,omitempty"`
+}
+
+func makeJobConfig(spec jobs.Spec) ([]byte, error) {
+	jc := jobConfig{Spec: spec}
+	if spec.Input != "" {
+		fi, err := os.Stat(spec.Input)
+		if err != nil {
+			return nil, err
+		}
+		jc.InputSize, jc.InputModNs = fi.Size(), fi.ModTime().UnixNano()
+	}
+	return json.Marshal(jc)
+}
+
+// adoptJournaledDeadline gives spec the deadline of the job dir's journal
+// holds when that job is spec but for its deadline: a pipeline generates
+// until a wall-clock deadline set from --duration when it first starts,
+// and a resumed run continues that job, deadline included. Anything else
+// (no journal, another job, a damaged journal) is the coordinator's to
+// report.
+func adoptJournaledDeadline(dir string, spec *jobs.Spec) {
+	st, err := journal.Read(filepath.Join(dir, engine.JournalFile))
+	if err != nil || st.Job == nil {
+		return
+	}
+	var jc jobConfig
+	if json.Unmarshal(st.Job.Config, &jc) != nil {
+		return
+	}
+	same := jc.Spec
+	same.DeadlineNs = spec.DeadlineNs
+	if same == *spec {
+		spec.DeadlineNs = jc.Spec.DeadlineNs
+	}
+}
+
 func faultsArg(f transport.Faults) string {
 	var parts []string
 	if f.Drop > 0 {
@@ -191,6 +245,16 @@ func engineReport(scenario string, cfg map[string]any, res *engine.Result, elaps
 	}
 	r.Timeline = prog.Samples()
 	r.Events = prog.Events()
+	if rs := res.Resumed; rs != nil {
+		r.Config["resumed"] = true
+		from := "the start of its sources' logs (no checkpoint had completed)"
+		if rs.HasCheckpoint {
+			r.Config["resumed_from_checkpoint"] = rs.Checkpoint
+			from = fmt.Sprintf("its checkpoint at timestamp %d", rs.Checkpoint)
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("resumed the job an earlier run left in its data directory (%d generations, %d checkpoints journaled) from %s, with generation %d; "+
+			"the results cover the whole job, the duration, rates and timeline this run only", rs.Generations, rs.Checkpoints, from, rs.Gen))
+	}
 	for _, d := range res.RecoveryTimes {
 		r.Notes = append(r.Notes, fmt.Sprintf("recovery took %v", d.Round(time.Millisecond)))
 	}
