@@ -85,6 +85,11 @@ func (c *Coordinator) openJournal() (uint64, error) {
 		if err == nil {
 			j.Close()
 		}
+		// The journal goes first: a start-over cut short must not leave
+		// it beside half-deleted logs, which it would resume.
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return 0, err
+		}
 		if err := removeAll(dir); err != nil {
 			return 0, err
 		}

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -41,9 +42,13 @@ func TestAStoppedCoordinatorResumesFromItsLastJournaledCheckpoint(t *testing.T) 
 					t.Fatalf("the job ended (%v) before two checkpoints were journaled: make the input larger", err)
 				case <-time.After(time.Millisecond):
 				}
-				if before, err = journal.Read(filepath.Join(dir, engine.JournalFile)); err != nil {
+				st, err := journal.Read(filepath.Join(dir, engine.JournalFile))
+				if err != nil && !errors.Is(err, os.ErrNotExist) { // Run has not created it yet
+					cancel()
+					<-done
 					t.Fatal(err)
 				}
+				before = st
 			}
 			cancel()
 			if err := <-done; !errors.Is(err, context.Canceled) {
