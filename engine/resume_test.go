@@ -22,9 +22,9 @@ import (
 func TestAStoppedCoordinatorResumesFromItsLastJournaledCheckpoint(t *testing.T) {
 	for _, nodes := range []int{1, 3} {
 		t.Run(map[int]string{1: "one node", 3: "three nodes"}[nodes], func(t *testing.T) {
-			input := writeText(t, 300000, 7)
+			input := writeText(t, 300000/slow, 7)
 			dir := filepath.Join(t.TempDir(), "data")
-			cfg := engine.Config{Dir: dir, Nodes: nodes, NoSync: true, InitialInterval: 200, CheckpointEvery: 5 * time.Millisecond,
+			cfg := engine.Config{Dir: dir, Nodes: nodes, NoSync: true, InitialInterval: 200, CheckpointEvery: 20 * time.Millisecond,
 				JobConfig: []byte("wordcount " + input)}
 			job := jobs.WordCount(jobs.Spec{Kind: "wordcount", Input: input, Middle: 2, Last: 2})
 
@@ -63,7 +63,7 @@ func TestAStoppedCoordinatorResumesFromItsLastJournaledCheckpoint(t *testing.T) 
 			if err != nil {
 				t.Fatal(err)
 			}
-			rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+			rctx, rcancel := context.WithTimeout(context.Background(), slow*30*time.Second)
 			defer rcancel()
 			res, err := c.Run(rctx)
 			if err != nil {
