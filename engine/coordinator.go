@@ -60,6 +60,9 @@ type Config struct {
 	// Spawn, when set, runs each worker in a child process; otherwise the
 	// workers run in this process, each with its own transport node.
 	Spawn ProcessSpawner
+	// Launch, when set instead of Spawn, starts each worker wherever it
+	// says (loadgen: on an agent on another host).
+	Launch Launcher
 	// CheckpointEvery is the wall time checkpoints aim to be apart.
 	// Default 1 s.
 	CheckpointEvery time.Duration
@@ -287,8 +290,10 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 	for i := range c.cfg.Nodes {
 		var h handle
 		var err error
-		if c.cfg.Spawn != nil {
-			h, err = newProcessHandle(ctx, c.cfg.Spawn, i, c.events)
+		if c.cfg.Launch != nil {
+			h, err = newProcessHandle(ctx, c.cfg.Launch, i, c.events)
+		} else if c.cfg.Spawn != nil {
+			h, err = newProcessHandle(ctx, spawnLauncher(c.cfg.Spawn), i, c.events)
 		} else {
 			h, err = newLocalHandle(c.job, WorkerConfig{Dir: filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i)),
 				Faults: c.nodeFaults(i), NoSync: c.cfg.NoSync, NoChain: c.cfg.NoChain, Logger: c.cfg.Logger,

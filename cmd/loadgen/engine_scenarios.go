@@ -35,6 +35,9 @@ type engineConfig struct {
 	sync        bool
 	chain       bool
 	startOver   bool
+	// agents, when set (by coordinate), places node i on agent i mod
+	// len(agents.agents) instead of in a child process.
+	agents *agentLauncher
 }
 
 func (c *engineConfig) register(fs *flag.FlagSet) {
@@ -93,10 +96,12 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	if kill > 0 && ec.nodes < 2 {
 		return nil, 0, errors.New("the kill fault needs --nodes 2 or more (it kills worker processes)")
 	}
+	jc := newJobConfig(spec, ec.agents != nil)
 	if ec.dir != "" && !ec.startOver {
-		adoptJournaledDeadline(ec.dir, &spec)
+		adoptJournaled(ec.dir, &jc)
 	}
-	jobConf, err := makeJobConfig(spec)
+	spec = jc.Spec
+	jobConf, err := json.Marshal(jc)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -121,18 +126,30 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 		Faults: f, CrashEvery: crash, KillEvery: kill, Seed: tc.seed, NoSync: !ec.sync, NoChain: !ec.chain,
 		Restart: engine.RestartPolicy{MaxRestarts: ec.maxRestarts, Window: time.Minute, MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second},
 	}
-	if ec.nodes > 1 {
+	nodeFaults := func(node int) transport.Faults {
+		nf := f
+		nf.Seed += uint64(node) * 0x9e3779b97f4a7c15
+		if node > 0 {
+			nf.Reset = 0
+		}
+		return nf
+	}
+	if l := ec.agents; l != nil {
+		l.job, l.fsync = jc.AgentJob, ec.sync
+		l.spec, _ = json.Marshal(spec)
+		l.faults = func(node int) (string, uint64) {
+			nf := nodeFaults(node)
+			return faultsArg(nf), nf.Seed
+		}
+		cfg.Launch = l.Launch
+	} else if ec.nodes > 1 {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, 0, err
 		}
 		specJSON, _ := json.Marshal(spec)
 		cfg.Spawn = func(node int, listen string) (*exec.Cmd, error) {
-			nf := f
-			nf.Seed += uint64(node) * 0x9e3779b97f4a7c15
-			if node > 0 {
-				nf.Reset = 0
-			}
+			nf := nodeFaults(node)
 			args := []string{"node", "--spec", string(specJSON), "--dir", filepath.Join(dir, fmt.Sprintf("node%d", node)),
 				"--faults", faultsArg(nf), "--seed", strconv.FormatUint(nf.Seed, 10), "--fsync=" + strconv.FormatBool(ec.sync)}
 			if listen != "" {
@@ -165,45 +182,48 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 }
 
 // jobConfig is what the coordinator's journal records of a loadgen job:
-// its spec and, for an input file, its size and modification time, so
-// that a changed input is another job, never resumed.
+// its spec; for an input file, its size and modification time (where the
+// coordinator can see it), so that a changed input is another job, never
+// resumed; and, for workers on agents, the job's name there.
 type jobConfig struct {
 	Spec       jobs.Spec `json:"spec"`
 	InputSize  int64     `json:"input_size,omitempty"`
 	InputModNs int64     `json:"input_mod_ns,omitempty"`
+	AgentJob   string    `json:"agent_job,omitempty"`
 }
 
-func makeJobConfig(spec jobs.Spec) ([]byte, error) {
+func newJobConfig(spec jobs.Spec, onAgents bool) jobConfig {
 	jc := jobConfig{Spec: spec}
 	if spec.Input != "" {
-		fi, err := os.Stat(spec.Input)
-		if err != nil {
-			return nil, err
+		if fi, err := os.Stat(spec.Input); err == nil {
+			jc.InputSize, jc.InputModNs = fi.Size(), fi.ModTime().UnixNano()
 		}
-		jc.InputSize, jc.InputModNs = fi.Size(), fi.ModTime().UnixNano()
 	}
-	return json.Marshal(jc)
+	if onAgents {
+		jc.AgentJob = newJobID()
+	}
+	return jc
 }
 
-// adoptJournaledDeadline gives spec the deadline of the job dir's journal
-// holds when that job is spec but for its deadline: a pipeline generates
-// until a wall-clock deadline set from --duration when it first starts,
-// and a resumed run continues that job, deadline included. Anything else
-// (no journal, another job, a damaged journal) is the coordinator's to
-// report.
-func adoptJournaledDeadline(dir string, spec *jobs.Spec) {
+// adoptJournaled makes jc the job dir's journal holds when that job is jc
+// but for what a new run picks afresh: a pipeline generates until a
+// wall-clock deadline set from --duration when it first starts, and a job
+// on agents has a new name there; a resumed run continues the job,
+// deadline and name included. Anything else (no journal, another job, a
+// damaged journal) is the coordinator's to report.
+func adoptJournaled(dir string, jc *jobConfig) {
 	st, err := journal.Read(filepath.Join(dir, engine.JournalFile))
 	if err != nil || st.Job == nil {
 		return
 	}
-	var jc jobConfig
-	if json.Unmarshal(st.Job.Config, &jc) != nil {
+	var have jobConfig
+	if json.Unmarshal(st.Job.Config, &have) != nil || (have.AgentJob == "") != (jc.AgentJob == "") {
 		return
 	}
-	same := jc.Spec
-	same.DeadlineNs = spec.DeadlineNs
-	if same == *spec {
-		spec.DeadlineNs = jc.Spec.DeadlineNs
+	same := have
+	same.Spec.DeadlineNs, same.AgentJob = jc.Spec.DeadlineNs, jc.AgentJob
+	if same == *jc {
+		*jc = have
 	}
 }
 
@@ -307,7 +327,7 @@ func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConf
 
 func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfig, sec nodeFlags, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
 	rec := bench.NewRecorder()
-	if ec.nodes > 1 {
+	if ec.nodes > 1 || ec.agents != nil {
 		rec = nil // the sinks run in other processes
 	}
 	spec := jobs.Spec{Kind: "pipeline", Size: tc.size, DeadlineNs: bench.Now() + int64(tc.duration), Keys: 64,
