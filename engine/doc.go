@@ -22,9 +22,9 @@
 // to the target task's handler by a direct call on the sending goroutine,
 // which is cheaper on a few cores than a transport hop; the call returning
 // is the acknowledgement. The [Coordinator] drives the workers: in
-// this process for one node, or over a JSON-lines control plane on the
-// stdin and stdout of `loadgen node` children (see [ServeWorker] and
-// [ProcessWorker]).
+// this process, or over a JSON-lines control plane ([ServeWorker]) on the
+// stdin and stdout of child processes ([ProcessSpawner]) or of workers a
+// [Launcher] starts elsewhere (loadgen's agents run them on other hosts).
 //
 // # Exactly-once
 //

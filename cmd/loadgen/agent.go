@@ -21,6 +21,10 @@ package main
 // coordinator that hears nothing for a few heartbeats knows the agent is
 // hung or gone. An agent that loses its control connection aborts its run
 // at once: a coordinator that dies does not leave agents sending forever.
+//
+// A connection whose first message is "worker" or "kill" is not a run: it
+// starts or kills one of the engine workers an agent hosts for `loadgen
+// coordinate --scenario wordcount|pipeline` (agentworker.go).
 
 import (
 	"bufio"
