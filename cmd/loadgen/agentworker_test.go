@@ -10,10 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/jobs"
+	"github.com/sluicehq/sluice/engine/journal"
 )
 
 func TestAnAgentRefusesABadWorkerPlanAndAKillOfNoWorker(t *testing.T) {
@@ -52,7 +55,9 @@ func TestAnAgentRefusesABadWorkerPlanAndAKillOfNoWorker(t *testing.T) {
 
 // TestWordCountWithWorkersOnAgentsOverLoopback is the three-host test
 // (TestEngineWorkersOnAgentsInThreeHosts) on one host, without root: three
-// agent processes on loopback ports, workers SIGKILLed by their agents.
+// agent processes on loopback ports, workers SIGKILLed by their agents;
+// then a coordinator SIGKILLed mid-job and started again on its --data-dir
+// resumes the job on the agents' workers, which kept their directories.
 func TestWordCountWithWorkersOnAgentsOverLoopback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping in -short mode: builds loadgen and runs word count on three agent processes (about 10 s)")
@@ -96,32 +101,89 @@ func TestWordCountWithWorkersOnAgentsOverLoopback(t *testing.T) {
 		log.waitFor(t, "listening for coordinators")
 		addrs, logs = append(addrs, addr), append(logs, log)
 	}
+	coordinate := func(ctx context.Context, out string, more ...string) *exec.Cmd {
+		args := append([]string{"coordinate", "--scenario", "wordcount", "--agents", strings.Join(addrs, ","),
+			"--input", input, "--output", out, "--checkpoint-every", "100ms", "--json", "--out", filepath.Join(dir, "report")}, more...)
+		return exec.CommandContext(ctx, bin, args...)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	out := filepath.Join(dir, "counts.tsv")
-	co := exec.CommandContext(ctx, bin, "coordinate", "--scenario", "wordcount", "--agents", strings.Join(addrs, ","),
-		"--input", input, "--output", out, "--faults", "kill=700ms", "--seed", "4", "--checkpoint-every", "100ms",
-		"--json", "--out", filepath.Join(dir, "report"))
-	var stdout, stderr bytes.Buffer
-	co.Stdout, co.Stderr = &stdout, &stderr
-	if err := co.Run(); err != nil {
-		t.Fatalf("coordinate: %v\n%s", err, tail(stderr.Bytes(), 3000))
+	sameCounts := func(t *testing.T, out string) {
+		t.Helper()
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("the counts differ from an independent count of the input (%d vs %d bytes)", len(got), want.Len())
+		}
 	}
-	got, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, want.Bytes()) {
-		t.Errorf("the counts differ from an independent count of the input (%d vs %d bytes)", len(got), want.Len())
-	}
-	kills := 0
-	for _, l := range logs {
-		kills += strings.Count(l.String(), "SIGKILLed worker")
-	}
-	if kills == 0 {
-		t.Errorf("no agent SIGKILLed a worker: the test proves nothing; make the input larger")
-	}
-	t.Logf("%d workers SIGKILLed by their agents", kills)
+
+	t.Run("workers SIGKILLed by their agents", func(t *testing.T) {
+		out := filepath.Join(dir, "counts.tsv")
+		co := coordinate(ctx, out, "--faults", "kill=700ms", "--seed", "4")
+		var stderr bytes.Buffer
+		co.Stderr = &stderr
+		if err := co.Run(); err != nil {
+			t.Fatalf("coordinate: %v\n%s", err, tail(stderr.Bytes(), 3000))
+		}
+		sameCounts(t, out)
+		kills := 0
+		for _, l := range logs {
+			kills += strings.Count(l.String(), "SIGKILLed worker")
+		}
+		if kills == 0 {
+			t.Errorf("no agent SIGKILLed a worker: the test proves nothing; make the input larger")
+		}
+		t.Logf("%d workers SIGKILLed by their agents", kills)
+	})
+
+	t.Run("the coordinator SIGKILLed and started again resumes", func(t *testing.T) {
+		out, data := filepath.Join(dir, "resumed.tsv"), filepath.Join(dir, "coordinator")
+		first := coordinate(ctx, out, "--data-dir", data)
+		var stderr bytes.Buffer
+		first.Stderr = &stderr
+		if err := first.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- first.Wait() }()
+		for {
+			select {
+			case err := <-exited:
+				t.Fatalf("coordinate ended (%v) before its journal held two checkpoints: make the input larger\n%s", err, tail(stderr.Bytes(), 2000))
+			case <-time.After(5 * time.Millisecond):
+			}
+			if st, err := journal.Read(filepath.Join(data, engine.JournalFile)); err == nil && st.Checkpoints >= 2 {
+				break
+			}
+		}
+		_ = first.Process.Signal(syscall.SIGKILL)
+		if err := <-exited; err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Fatalf("the first coordinator ended with %v, want killed mid-run", err)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Fatal("the output exists after the kill: the job had finished, the kill proves nothing")
+		}
+		second := coordinate(ctx, out, "--data-dir", data)
+		var stdout bytes.Buffer
+		stderr.Reset()
+		second.Stdout, second.Stderr = &stdout, &stderr
+		if err := second.Run(); err != nil {
+			t.Fatalf("the restarted coordinator: %v\n%s", err, tail(stderr.Bytes(), 3000))
+		}
+		lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
+		var r struct {
+			Config map[string]any `json:"config"`
+		}
+		if err := json.Unmarshal(lines[len(lines)-1], &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Config["resumed"] != true || r.Config["resumed_from_checkpoint"] == nil {
+			t.Errorf("the restarted coordinator did not resume from a checkpoint: config %v", r.Config)
+		}
+		sameCounts(t, out)
+	})
 }
 
 func TestCoordinateRefusesFlagsOfAnotherScenario(t *testing.T) {
