@@ -701,7 +701,7 @@ func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"Runs until interrupted, one coordinator at a time.", stderr)
 	listen := fs.String("listen", "127.0.0.1:7500", "control address to listen on for coordinators")
 	dataListen := fs.String("data-listen", "", "data address to receive on, and the host engine workers listen on (default: the address the coordinator reached, any port)")
-	workDir := fs.String("data-dir", "", "directory for the logs and checkpoints of the engine workers this agent runs (default: a temporary one, removed when the agent stops)")
+	workDir := fs.String("data-dir", "", "directory for the logs and checkpoints of the engine workers this agent runs, kept for a coordinator that resumes its job (default: a temporary one, removed when the agent stops)")
 	var sec nodeFlags
 	sec.register(fs)
 	sec.registerMetrics(fs)

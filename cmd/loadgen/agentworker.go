@@ -113,8 +113,11 @@ func (a *agent) runWorker(cc *ctlConn, p *workerPlan, ctlLocal net.Addr) error {
 	}
 	listen := p.Listen
 	if listen == "" {
+		// The worker's address goes to every other worker, so its host
+		// must be one they reach: --data-listen's, unless unspecified,
+		// else the one the coordinator reached this agent at.
 		host, _, err := net.SplitHostPort(a.dataListen)
-		if a.dataListen == "" || err != nil {
+		if ip := net.ParseIP(host); err != nil || host == "" || ip != nil && ip.IsUnspecified() {
 			if host, _, err = net.SplitHostPort(ctlLocal.String()); err != nil {
 				return err
 			}
