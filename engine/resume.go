@@ -131,7 +131,11 @@ func (c *Coordinator) openJournal() (uint64, error) {
 	if st.Job != nil {
 		c.resumed = &Resumed{Checkpoint: st.Checkpoint, HasCheckpoint: st.HasCheckpoint, Gen: st.Gen + 1,
 			Checkpoints: st.Checkpoints, Generations: st.Generations}
-		c.event("resume", fmt.Sprintf("journal %s: generation %d, checkpoint %d (%v)", path, st.Gen+1, st.Checkpoint, st.HasCheckpoint))
+		from := "the start (no checkpoint had completed)"
+		if st.HasCheckpoint {
+			from = fmt.Sprintf("checkpoint %d", st.Checkpoint)
+		}
+		c.event("resume", fmt.Sprintf("%s: from %s with generation %d", path, from, st.Gen+1))
 	}
 	return st.Gen, nil
 }
