@@ -226,17 +226,72 @@ func (h *localHandle) close() {
 // time).
 type ProcessSpawner func(node int, listen string) (*exec.Cmd, error)
 
-// processHandle is a worker in a child process, driven over its stdin and
-// stdout.
+// Launcher starts node's worker elsewhere, on another host for example,
+// with its transport on listen ("" for any port the first time). The
+// worker must run [ServeWorker] on the far end of the returned process's
+// pipes.
+type Launcher func(ctx context.Context, node int, listen string) (WorkerProcess, error)
+
+// WorkerProcess is a running worker that a [Launcher] started.
+type WorkerProcess interface {
+	// Stdin carries control requests to [ServeWorker]; closing it asks
+	// the worker to end.
+	Stdin() io.WriteCloser
+	// Stdout carries its hello line, responses and events.
+	Stdout() io.Reader
+	// Kill ends the worker at once, like SIGKILL.
+	Kill() error
+	// Wait returns once the worker has ended, saying how.
+	Wait() string
+}
+
+// cmdProcess is a child process as a WorkerProcess.
+type cmdProcess struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.Reader
+}
+
+func (p *cmdProcess) Stdin() io.WriteCloser { return p.stdin }
+func (p *cmdProcess) Stdout() io.Reader     { return p.stdout }
+func (p *cmdProcess) Kill() error           { return p.cmd.Process.Kill() }
+func (p *cmdProcess) Wait() string {
+	_ = p.cmd.Wait()
+	return "process exited: " + p.cmd.ProcessState.String()
+}
+
+// spawnLauncher starts workers as child processes.
+func spawnLauncher(spawn ProcessSpawner) Launcher {
+	return func(_ context.Context, node int, listen string) (WorkerProcess, error) {
+		cmd, err := spawn(node, listen)
+		if err != nil {
+			return nil, err
+		}
+		p := &cmdProcess{cmd: cmd}
+		if p.stdin, err = cmd.StdinPipe(); err != nil {
+			return nil, err
+		}
+		if p.stdout, err = cmd.StdoutPipe(); err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("engine: starting node %d: %w", node, err)
+		}
+		return p, nil
+	}
+}
+
+// processHandle is a worker in a child process, or wherever a Launcher
+// put it, driven over its stdin and stdout.
 type processHandle struct {
-	spawn  ProcessSpawner
+	launch Launcher
 	node   int
 	events chan<- Event
 	listen string
 
 	mu struct {
 		sync.Mutex
-		cmd     *exec.Cmd
+		proc    WorkerProcess
 		exited  chan struct{}
 		stdin   io.WriteCloser
 		pending map[uint64]chan Response
@@ -245,8 +300,8 @@ type processHandle struct {
 	}
 }
 
-func newProcessHandle(ctx context.Context, spawn ProcessSpawner, node int, events chan<- Event) (*processHandle, error) {
-	h := &processHandle{spawn: spawn, node: node, events: events}
+func newProcessHandle(ctx context.Context, launch Launcher, node int, events chan<- Event) (*processHandle, error) {
+	h := &processHandle{launch: launch, node: node, events: events}
 	if err := h.restart(ctx); err != nil {
 		return nil, err
 	}
@@ -254,22 +309,12 @@ func newProcessHandle(ctx context.Context, spawn ProcessSpawner, node int, event
 }
 
 func (h *processHandle) restart(ctx context.Context) error {
-	cmd, err := h.spawn(h.node, h.listen)
+	proc, err := h.launch(ctx, h.node, h.listen)
 	if err != nil {
 		return err
 	}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("engine: starting node %d: %w", h.node, err)
-	}
-	sc := bufio.NewScanner(stdout)
+	stdin := proc.Stdin()
+	sc := bufio.NewScanner(proc.Stdout())
 	sc.Buffer(make([]byte, 64<<10), 256<<20)
 	hello := make(chan error, 1)
 	go func() {
@@ -291,20 +336,20 @@ func (h *processHandle) restart(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		_ = proc.Kill()
+		proc.Wait()
 		return err
 	}
 	exited := make(chan struct{})
 	h.mu.Lock()
-	h.mu.cmd, h.mu.stdin, h.mu.dead, h.mu.exited = cmd, stdin, false, exited
+	h.mu.proc, h.mu.stdin, h.mu.dead, h.mu.exited = proc, stdin, false, exited
 	h.mu.pending = map[uint64]chan Response{}
 	h.mu.Unlock()
-	go h.read(cmd, sc, exited)
+	go h.read(proc, sc, exited)
 	return nil
 }
 
-func (h *processHandle) read(cmd *exec.Cmd, sc *bufio.Scanner, exited chan struct{}) {
+func (h *processHandle) read(proc WorkerProcess, sc *bufio.Scanner, exited chan struct{}) {
 	defer close(exited)
 	for sc.Scan() {
 		var r Response
@@ -323,10 +368,10 @@ func (h *processHandle) read(cmd *exec.Cmd, sc *bufio.Scanner, exited chan struc
 			ch <- r
 		}
 	}
-	_ = cmd.Wait()
+	how := proc.Wait()
 	h.mu.Lock()
 	wasDead := h.mu.dead
-	if h.mu.cmd == cmd {
+	if h.mu.proc == proc {
 		h.mu.dead = true
 		for id, ch := range h.mu.pending {
 			close(ch)
@@ -335,7 +380,7 @@ func (h *processHandle) read(cmd *exec.Cmd, sc *bufio.Scanner, exited chan struc
 	}
 	h.mu.Unlock()
 	if !wasDead {
-		h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: "process exited: " + cmd.ProcessState.String()}
+		h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: how}
 	}
 }
 
@@ -382,17 +427,17 @@ func (h *processHandle) alive() bool {
 
 func (h *processHandle) kill() error {
 	h.mu.Lock()
-	cmd := h.mu.cmd
+	proc := h.mu.proc
 	h.mu.Unlock()
-	return cmd.Process.Kill()
+	return proc.Kill()
 }
 
 func (h *processHandle) close() {
 	h.mu.Lock()
-	cmd, stdin, dead, exited := h.mu.cmd, h.mu.stdin, h.mu.dead, h.mu.exited
+	proc, stdin, dead, exited := h.mu.proc, h.mu.stdin, h.mu.dead, h.mu.exited
 	h.mu.dead = true
 	h.mu.Unlock()
-	if cmd == nil {
+	if proc == nil {
 		return
 	}
 	if !dead {
@@ -403,7 +448,7 @@ func (h *processHandle) close() {
 	select {
 	case <-exited:
 	case <-time.After(3 * time.Second):
-		_ = cmd.Process.Kill()
+		_ = proc.Kill()
 		<-exited
 	}
 }

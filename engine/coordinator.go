@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/engine/clock"
+	"github.com/sluicehq/sluice/engine/journal"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -45,11 +46,23 @@ type Config struct {
 	// transport (authentication, TLS, limits); child processes get theirs
 	// from their command line (see Spawn).
 	Transport []transport.Option
-	// Dir holds every node's logs and checkpoints (node<k>/ below it).
+	// Dir holds the coordinator's journal and every node's logs and
+	// checkpoints (node<k>/ below it). A Dir whose journal holds the same
+	// job is resumed from its last completed checkpoint.
 	Dir string
+	// JobConfig describes the job and its input (loadgen: the job's
+	// spec); Run resumes a journal only for the same JobConfig, DAG,
+	// Nodes and placement, and refuses another job's with an
+	// *OtherJobError.
+	JobConfig []byte
+	// StartOver discards whatever Dir holds and starts the job afresh.
+	StartOver bool
 	// Spawn, when set, runs each worker in a child process; otherwise the
 	// workers run in this process, each with its own transport node.
 	Spawn ProcessSpawner
+	// Launch, when set instead of Spawn, starts each worker wherever it
+	// says (loadgen: on an agent on another host).
+	Launch Launcher
 	// CheckpointEvery is the wall time checkpoints aim to be apart.
 	// Default 1 s.
 	CheckpointEvery time.Duration
@@ -98,7 +111,10 @@ type Result struct {
 	// RecoveryTimes is, per recovery, the time from the failure being
 	// noticed to the new generation running.
 	RecoveryTimes []time.Duration
-	Transport     transport.FaultStats
+	// Resumed is set when the job continued from an earlier
+	// coordinator's journal.
+	Resumed   *Resumed
+	Transport transport.FaultStats
 	// WireBytes is what the workers' transport nodes wrote to their
 	// sockets, as of their last clock round (0 when every edge was
 	// chained).
@@ -117,6 +133,8 @@ type Coordinator struct {
 	events    chan Event
 	handles   []handle
 	rng       *rand.Rand
+	jr        *journal.Journal // the decisions a restarted coordinator resumes from
+	resumed   *Resumed
 
 	// the checkpoint schedule of the running generation
 	target, horizon, interval int64
@@ -264,14 +282,18 @@ func (c *Coordinator) totals(res *Result) {
 // the error that ended it: ctx's, a failure beyond the restart policy
 // (errors.Is ErrRestartsExhausted), or a worker that could not start.
 func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
-	if err := removeAll(c.cfg.Dir); err != nil {
+	gen, err := c.openJournal()
+	if err != nil {
 		return nil, err
 	}
+	defer c.jr.Close()
 	for i := range c.cfg.Nodes {
 		var h handle
 		var err error
-		if c.cfg.Spawn != nil {
-			h, err = newProcessHandle(ctx, c.cfg.Spawn, i, c.events)
+		if c.cfg.Launch != nil {
+			h, err = newProcessHandle(ctx, c.cfg.Launch, i, c.events)
+		} else if c.cfg.Spawn != nil {
+			h, err = newProcessHandle(ctx, spawnLauncher(c.cfg.Spawn), i, c.events)
 		} else {
 			h, err = newLocalHandle(c.job, WorkerConfig{Dir: filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i)),
 				Faults: c.nodeFaults(i), NoSync: c.cfg.NoSync, NoChain: c.cfg.NoChain, Logger: c.cfg.Logger,
@@ -285,7 +307,7 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 	}
 	defer c.closeAll()
 
-	res := &Result{}
+	res := &Result{Resumed: c.resumed}
 	placement := c.job.Placement(c.cfg.Nodes)
 	ids := c.job.tasks()
 	place := make([]int, len(ids))
@@ -305,7 +327,6 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 
 	var restarts []time.Time
 	backoff := c.cfg.Restart.MinBackoff
-	var gen uint64
 	var failedAt time.Time
 	for {
 		gen++
@@ -318,8 +339,11 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 				}
 			}
 		}
-		restore, has, err := c.latest(ctx, stateful)
+		restore, has, err := c.restorePoint(ctx, stateful)
 		if err == nil {
+			if err := c.journalGeneration(gen, restore, has); err != nil {
+				return nil, err
+			}
 			err = c.start(ctx, gen, place, restore, has)
 		}
 		if err == nil {
@@ -537,6 +561,9 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 			c.interval = max(1, min(max(want, c.interval/4), c.interval*4))
 		}
 		lastDone, lastTc = now, tc
+		if err := c.journalCheckpoint(gen, tc); err != nil {
+			return nil, err
+		}
 		c.target = next
 		c.horizon = next + c.interval
 		if _, err := c.all(ctx, Request{Op: "horizon", Gen: gen, Ts: c.horizon}); err != nil {

@@ -22,9 +22,9 @@
 // to the target task's handler by a direct call on the sending goroutine,
 // which is cheaper on a few cores than a transport hop; the call returning
 // is the acknowledgement. The [Coordinator] drives the workers: in
-// this process for one node, or over a JSON-lines control plane on the
-// stdin and stdout of `loadgen node` children (see [ServeWorker] and
-// [ProcessWorker]).
+// this process, or over a JSON-lines control plane ([ServeWorker]) on the
+// stdin and stdout of child processes ([ProcessSpawner]) or of workers a
+// [Launcher] starts elsewhere (loadgen's agents run them on other hosts).
 //
 // # Exactly-once
 //
@@ -68,4 +68,29 @@
 // output from their final state at the end of input ([Finisher]), so replay
 // never writes anything twice. Link faults are not failures: the transport
 // re-sends lost messages and drops duplicates on its own.
+//
+// # A coordinator that recovers
+//
+// The coordinator keeps its decisions in an append-only journal in
+// Config.Dir (engine/journal), each record fsynced before it acts on it:
+// the job (Config.JobConfig, the DAG's shape, the number of nodes, the
+// placement of tasks on them), each generation before its channels open
+// with its number as their epoch, and each checkpoint once every worker
+// has persisted it and before sources may delete the log segments it
+// covers. A coordinator started on a directory whose journal holds the
+// same job resumes it: it restores the journal's last completed
+// checkpoint (the workers' logs and checkpoints are in the same directory
+// tree) with a generation above every journaled one, so whatever a worker
+// of the dead coordinator still sends carries a stale epoch and is fenced
+// off. A journal of another job is refused ([OtherJobError]) unless
+// Config.StartOver discards the directory. Workers lock their directories,
+// so a new worker waits until the dead coordinator's worker processes,
+// which end when their control pipe closes, are gone.
+//
+// That is what is highly available, and all of it: one coordinator that
+// can be killed at any instant and started again, by an operator or a
+// supervisor, without losing or repeating anything. While it is down the
+// job stands still; nothing elects a replacement; the journal, logs and
+// checkpoints live on one host's disk and are not replicated, so losing
+// that disk loses the job. There is no quorum and no standby.
 package engine

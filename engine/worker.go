@@ -51,6 +51,7 @@ type Worker struct {
 	cfg   WorkerConfig
 	node  *transport.Node
 	ckpts *checkpoint.Store
+	lock  *os.File // held until Close: one worker per directory
 	log   *slog.Logger
 
 	events chan Event
@@ -86,10 +87,15 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
+	lock, err := lockDir(cfg.Dir, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
 	ccfg := checkpoint.DefaultConfig()
 	ccfg.NoSync, ccfg.Logger = cfg.NoSync, lg
 	cs, err := checkpoint.OpenConfig(filepath.Join(cfg.Dir, "checkpoints"), ccfg)
 	if err != nil {
+		lock.Close()
 		return nil, err
 	}
 	// A record is one message, and records are as large as the input makes
@@ -100,9 +106,10 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 		transport.WithLogger(lg), transport.WithReconnectBackoff(5*time.Millisecond, 200*time.Millisecond),
 		transport.WithWindow(transport.DefaultWindowMessages, MaxMessageBytes), transport.WithOptions(cfg.Transport...))
 	if err != nil {
+		lock.Close()
 		return nil, err
 	}
-	w := &Worker{job: job, cfg: cfg, node: node, ckpts: cs, log: lg, events: make(chan Event, 64),
+	w := &Worker{job: job, cfg: cfg, node: node, ckpts: cs, lock: lock, log: lg, events: make(chan Event, 64),
 		registered: map[taskid.ID]bool{}}
 	return w, nil
 }
@@ -113,7 +120,7 @@ func (w *Worker) Addr() string { return w.node.Addr() }
 // Events delivers task failures.
 func (w *Worker) Events() <-chan Event { return w.events }
 
-// Close stops the tasks and the node.
+// Close stops the tasks and the node, and lets go of the directory.
 func (w *Worker) Close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -121,6 +128,10 @@ func (w *Worker) Close() {
 		inc.stop()
 	}
 	w.node.Abort()
+	if w.lock != nil {
+		w.lock.Close()
+		w.lock = nil
+	}
 }
 
 // TransportFaults returns the faults the node injected.

@@ -21,6 +21,10 @@ package main
 // coordinator that hears nothing for a few heartbeats knows the agent is
 // hung or gone. An agent that loses its control connection aborts its run
 // at once: a coordinator that dies does not leave agents sending forever.
+//
+// A connection whose first message is "worker" or "kill" is not a run: it
+// starts or kills one of the engine workers an agent hosts for `loadgen
+// coordinate --scenario wordcount|pipeline` (agentworker.go).
 
 import (
 	"bufio"
@@ -31,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -91,6 +96,9 @@ type ctlMsg struct {
 	Done     *agentDone     `json:"done,omitempty"`
 	Findings *agentFindings `json:"findings,omitempty"`
 	Error    string         `json:"error,omitempty"`
+
+	Worker  *workerPlan    `json:"worker,omitempty"`  // worker, kill
+	Started *workerStarted `json:"started,omitempty"` // started, killed
 
 	Nonce []byte `json:"nonce,omitempty"` // auth: a fresh challenge
 	MAC   []byte `json:"mac,omitempty"`   // proof: HMAC over the role and both challenges
@@ -251,6 +259,9 @@ type agent struct {
 	stderr     io.Writer
 	opts       []transport.Option // authentication and encryption of the data node
 	key        []byte             // authenticates coordinators; nil: anyone may coordinate
+	workDir    string             // engine workers' directories, <workDir>/<job>/node<k>
+	nodeArgs   []string           // the transport flags engine workers get
+	workers    workers
 
 	wg     sync.WaitGroup
 	closed chan struct{}
@@ -264,6 +275,7 @@ type agent struct {
 func newAgent(ln net.Listener, dataListen string, stderr io.Writer) *agent {
 	a := &agent{ln: ln, dataListen: dataListen, stderr: stderr, closed: make(chan struct{})}
 	a.mu.conns = map[net.Conn]struct{}{}
+	a.workers.procs = map[string]*os.Process{}
 	return a
 }
 
@@ -343,6 +355,28 @@ func (a *agent) session(ctx context.Context, c net.Conn) {
 		a.logf("refused coordinator %s: %v", who, err)
 		return
 	}
+	first, err := cc.recv(0)
+	if err != nil {
+		a.logf("coordinator %s went away: %v", who, err)
+		return
+	}
+	switch first.Type {
+	case msgWorker, msgKill:
+		// Engine workers are not runs: an agent hosts any number of them,
+		// beside a run.
+		if first.Worker == nil {
+			err = errors.New("worker: missing plan")
+		} else if first.Type == msgWorker {
+			err = a.runWorker(cc, first.Worker, c.LocalAddr())
+		} else {
+			err = a.killWorker(cc, first.Worker)
+		}
+		if err != nil {
+			a.logf("%s from %s failed: %v", first.Type, who, err)
+			_ = cc.send(ctlMsg{Type: msgError, Error: err.Error()})
+		}
+		return
+	}
 	a.mu.Lock()
 	busy := a.mu.busy
 	if busy == "" {
@@ -376,8 +410,8 @@ func (a *agent) session(ctx context.Context, c net.Conn) {
 		}
 	}()
 	a.logf("coordinator %s connected", who)
-	r := &agentRun{a: a, cc: cc, msgs: msgs, who: who}
-	err := r.run(ctx, c.LocalAddr())
+	r := &agentRun{a: a, cc: cc, msgs: msgs, who: who, first: &first}
+	err = r.run(ctx, c.LocalAddr())
 	r.shutdown()
 	switch {
 	case err == nil:
@@ -399,10 +433,11 @@ func (a *agent) session(ctx context.Context, c net.Conn) {
 // agentRun is one run on an agent: its node, its part as a receiver (serve's
 // server) and as a sender.
 type agentRun struct {
-	a    *agent
-	who  string // the coordinator
-	cc   *ctlConn
-	msgs <-chan ctlMsg
+	a     *agent
+	who   string // the coordinator
+	cc    *ctlConn
+	msgs  <-chan ctlMsg
+	first *ctlMsg // the message that came before the run began
 
 	plan    agentPlan
 	to      string
@@ -415,6 +450,13 @@ type agentRun struct {
 
 // next waits for the next control message, which must be of type want.
 func (r *agentRun) next(ctx context.Context, want string) (ctlMsg, error) {
+	if m := r.first; m != nil {
+		r.first = nil
+		if m.Type != want {
+			return *m, fmt.Errorf("%w %q, want %q", errCtlUnexpected, m.Type, want)
+		}
+		return *m, nil
+	}
 	select {
 	case m := <-r.msgs:
 		if m.Type != want {
@@ -660,7 +702,8 @@ func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"scenario across hosts: receives like 'loadgen serve', sends like 'loadgen send'.\n"+
 		"Runs until interrupted, one coordinator at a time.", stderr)
 	listen := fs.String("listen", "127.0.0.1:7500", "control address to listen on for coordinators")
-	dataListen := fs.String("data-listen", "", "data address to receive on (default: the address the coordinator reached, any port)")
+	dataListen := fs.String("data-listen", "", "data address to receive on, and the host engine workers listen on (default: the address the coordinator reached, any port)")
+	workDir := fs.String("data-dir", "", "directory for the logs and checkpoints of the engine workers this agent runs, kept for a coordinator that resumes its job (default: a temporary one, removed when the agent stops)")
 	var sec nodeFlags
 	sec.register(fs)
 	sec.registerMetrics(fs)
@@ -686,7 +729,13 @@ func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("agent: %w", err)
 	}
 	a := newAgent(ln, *dataListen, stderr)
-	a.opts, a.key = opts, key
+	a.opts, a.key, a.nodeArgs = opts, key, sec.args()
+	if a.workDir = *workDir; a.workDir == "" {
+		if a.workDir, err = os.MkdirTemp("", "loadgen-agent-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(a.workDir)
+	}
 	a.logf("listening for coordinators on %s", ln.Addr())
 	err = a.serve(ctx)
 	fmt.Fprintln(stdout, "loadgen agent: stopped")

@@ -251,7 +251,12 @@ func TestAgentServesOneCoordinatorAtATime(t *testing.T) {
 	if m := recvType(t, first); m.Type != msgReady {
 		t.Fatalf("first coordinator got %+v, want ready", m)
 	}
+	// The agent reads a connection's first message before it refuses it:
+	// an engine worker's connection is served beside a run.
 	second := dialCtl(t, a.addr)
+	if err := second.send(ctlMsg{Type: msgPlan, Plan: &p}); err != nil {
+		t.Fatal(err)
+	}
 	if m := recvType(t, second); m.Type != msgError || !strings.Contains(m.Error, "busy") {
 		t.Fatalf("second coordinator got %+v, want a busy error", m)
 	}

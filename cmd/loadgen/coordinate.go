@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/transport"
 )
 
 // The ways coordinate can fail because of one agent. An agentError wraps
@@ -505,9 +507,13 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlagSet("coordinate", "Runs a scenario across hosts on 'loadgen agent's: sends each agent its part,\n"+
 		"starts them together, watches their heartbeats, gathers their histograms and\n"+
 		"merges them into one report. Fails, naming the agent, when one is unreachable,\n"+
-		"dies or goes silent. Give the agents by addresses they can reach each other at.", stderr)
+		"dies or goes silent. Give the agents by addresses they can reach each other at.\n"+
+		"With --scenario wordcount or pipeline this process is the engine's coordinator\n"+
+		"and each agent runs one of its workers (node i on the i-th agent), starting it\n"+
+		"again after a failure; --faults kill= SIGKILLs a worker on any agent. The\n"+
+		"wordcount --input must be readable at its path on the agent of node 0.", stderr)
 	agents := fs.String("agents", "", "comma-separated control addresses of the agents, e.g. 10.0.0.1:7500,10.0.0.2:7500")
-	scenario := fs.String("scenario", "transport", "scenario to run: transport")
+	scenario := fs.String("scenario", "transport", "scenario to run: transport, wordcount or pipeline")
 	topology := fs.String("topology", topoFanIn, "fan-in: the first agent receives from all others; ring: each agent sends to the next")
 	messages := fs.Int64("messages", 0, "messages each sender sends; 0: send for --duration")
 	startDelay := fs.Duration("start-delay", 500*time.Millisecond, "how far ahead of now the common start time is set, once every agent is connected")
@@ -517,6 +523,8 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	out.register(fs)
 	var tc transportConfig
 	tc.register(fs)
+	var ec engineConfig
+	ec.register(fs)
 	var sec nodeFlags
 	fs.StringVar(&sec.keyFile, "key-file", "", "file holding the pre-shared key the agents were given: the coordinator proves it holds it before an agent takes a plan (and the agents use it for their data connections)")
 	if err := fs.Parse(args); err != nil {
@@ -529,18 +537,47 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	if *scenario != "transport" {
-		return fmt.Errorf("coordinate: unknown scenario %q (want transport)", *scenario)
+	var list []string
+	for _, a := range strings.Split(*agents, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			list = append(list, a)
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	only := func(scenario string, names ...string) error {
+		for _, n := range names {
+			if set[n] {
+				return fmt.Errorf("coordinate: --%s is for --scenario %s", n, scenario)
+			}
+		}
+		return nil
+	}
+	switch *scenario {
+	case "transport":
+		if err := only("wordcount or pipeline", "input", "output", "nodes", "data-dir", "checkpoint-every", "parallelism",
+			"max-restarts", "fsync", "chain", "start-over"); err != nil {
+			return err
+		}
+	case "wordcount", "pipeline":
+		if err := only("transport", "topology", "messages", "start-delay", "heartbeat-timeout", "rate", "channels",
+			"connections", "consume-rate", "producers", "delivery"); err != nil {
+			return err
+		}
+		if set["nodes"] {
+			return errors.New("coordinate: there is one engine worker per agent; --nodes is for 'loadgen run'")
+		}
+		if len(list) == 0 {
+			return errors.New("coordinate: --agents names no agent")
+		}
+		return coordinateEngine(ctx, *scenario, list, key, *connectTimeout, ec, tc, sec, out, stdout, stderr)
+	default:
+		return fmt.Errorf("coordinate: unknown scenario %q (want transport, wordcount or pipeline)", *scenario)
 	}
 	cfg := coordConfig{
 		topology: *topology, tc: tc, messages: *messages,
 		startDelay: *startDelay, heartbeatTimeout: *hbTimeout, connectTimeout: *connectTimeout,
-		key: key,
-	}
-	for _, a := range strings.Split(*agents, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			cfg.agents = append(cfg.agents, a)
-		}
+		key: key, agents: list,
 	}
 	fmt.Fprintf(stderr, "loadgen coordinate: transport scenario on %d agents (%s): %d-byte messages, %s, rate %s, %d channel(s), %d connection(s)\n",
 		len(cfg.agents), cfg.topology, tc.size, amountString(cfg.messages, tc.duration), rateString(tc.rate), tc.channels, tc.connections)
@@ -548,6 +585,50 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
+	return finishReport(report, rec, out, stdout, stderr)
+}
+
+// coordinateEngine runs an engine scenario with its workers on agents.
+func coordinateEngine(ctx context.Context, scenario string, agents []string, key []byte, timeout time.Duration,
+	ec engineConfig, tc transportConfig, sec nodeFlags, out outputFlags, stdout, stderr io.Writer) error {
+	seen := map[string]bool{}
+	for _, a := range agents {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("coordinate: agent address %q: %w", a, err)
+		}
+		if seen[a] {
+			return fmt.Errorf("coordinate: agent %s listed twice", a)
+		}
+		seen[a] = true
+	}
+	// The workers take their transport settings from their agent's
+	// command line; these are only the engine's defaults for its options.
+	sec.peerBudget, sec.socketBuffer = transport.DefaultPeerBudget, transport.DefaultSocketBuffer
+	l := &agentLauncher{agents: agents, key: key, timeout: timeout, machines: map[string]bench.Machine{}}
+	ec.nodes, ec.agents = len(agents), l
+	fmt.Fprintf(stderr, "loadgen coordinate: %s scenario, one engine worker on each of %d agents%s\n", scenario, len(agents), faultString(tc.faults))
+	var (
+		report *bench.Report
+		rec    *bench.Recorder
+		err    error
+	)
+	if scenario == "wordcount" {
+		report, rec, err = runWordCountScenario(ctx, ec, tc, sec, stderr)
+	} else {
+		report, rec, err = runPipelineScenario(ctx, ec, tc, sec, stderr)
+	}
+	if err != nil {
+		return err
+	}
+	var list []map[string]any
+	l.mu.Lock()
+	for i, a := range agents {
+		list = append(list, map[string]any{"control": a, "node": i, "machine": l.machines[a]})
+		report.Notes = append(report.Notes, fmt.Sprintf("node %d on agent %s: %s", i, a, l.machines[a]))
+	}
+	l.mu.Unlock()
+	report.Config["agents"] = list
+	report.Notes = append(report.Notes, "machine is the coordinator's; each worker's agent and machine are listed above and in config.agents")
 	return finishReport(report, rec, out, stdout, stderr)
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/jobs"
+	"github.com/sluicehq/sluice/engine/journal"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -33,13 +34,19 @@ type engineConfig struct {
 	maxRestarts int
 	sync        bool
 	chain       bool
+	startOver   bool
+	// agents, when set (by coordinate), places node i on agent i mod
+	// len(agents.agents) instead of in a child process.
+	agents *agentLauncher
 }
 
 func (c *engineConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.input, "input", "", "wordcount: the text file to count")
 	fs.StringVar(&c.output, "output", "", "wordcount: where to write word<TAB>count lines")
 	fs.IntVar(&c.nodes, "nodes", 1, "engine scenarios: OS processes to place tasks in (1: this process)")
-	fs.StringVar(&c.dir, "data-dir", "", "engine scenarios: directory for source logs and checkpoints (default: a temporary one)")
+	fs.StringVar(&c.dir, "data-dir", "", "engine scenarios: directory for the coordinator's journal, source logs and checkpoints (default: a temporary one);\n"+
+		"a directory that holds the same job resumes it from its last completed checkpoint")
+	fs.BoolVar(&c.startOver, "start-over", false, "engine scenarios: discard what --data-dir holds instead of resuming it or refusing another job's")
 	fs.DurationVar(&c.ckptEvery, "checkpoint-every", time.Second, "engine scenarios: wall time between checkpoints")
 	fs.IntVar(&c.parallelism, "parallelism", 2, "engine scenarios: tasks of each processor after the source")
 	fs.IntVar(&c.maxRestarts, "max-restarts", 100, "engine scenarios: recoveries allowed per minute before the run fails")
@@ -89,6 +96,15 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	if kill > 0 && ec.nodes < 2 {
 		return nil, 0, errors.New("the kill fault needs --nodes 2 or more (it kills worker processes)")
 	}
+	jc := newJobConfig(spec, ec.agents != nil)
+	if ec.dir != "" && !ec.startOver {
+		adoptJournaled(ec.dir, &jc)
+	}
+	spec = jc.Spec
+	jobConf, err := json.Marshal(jc)
+	if err != nil {
+		return nil, 0, err
+	}
 	job, err := jobs.Build(spec, rec)
 	if err != nil {
 		return nil, 0, err
@@ -106,22 +122,34 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	}
 	cfg := engine.Config{
 		Transport: topts,
-		Nodes:     ec.nodes, Dir: dir, CheckpointEvery: ec.ckptEvery, InitialInterval: initial,
+		Nodes:     ec.nodes, Dir: dir, JobConfig: jobConf, StartOver: ec.startOver, CheckpointEvery: ec.ckptEvery, InitialInterval: initial,
 		Faults: f, CrashEvery: crash, KillEvery: kill, Seed: tc.seed, NoSync: !ec.sync, NoChain: !ec.chain,
 		Restart: engine.RestartPolicy{MaxRestarts: ec.maxRestarts, Window: time.Minute, MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second},
 	}
-	if ec.nodes > 1 {
+	nodeFaults := func(node int) transport.Faults {
+		nf := f
+		nf.Seed += uint64(node) * 0x9e3779b97f4a7c15
+		if node > 0 {
+			nf.Reset = 0
+		}
+		return nf
+	}
+	if l := ec.agents; l != nil {
+		l.job, l.fsync = jc.AgentJob, ec.sync
+		l.spec, _ = json.Marshal(spec)
+		l.faults = func(node int) (string, uint64) {
+			nf := nodeFaults(node)
+			return faultsArg(nf), nf.Seed
+		}
+		cfg.Launch = l.Launch
+	} else if ec.nodes > 1 {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, 0, err
 		}
 		specJSON, _ := json.Marshal(spec)
 		cfg.Spawn = func(node int, listen string) (*exec.Cmd, error) {
-			nf := f
-			nf.Seed += uint64(node) * 0x9e3779b97f4a7c15
-			if node > 0 {
-				nf.Reset = 0
-			}
+			nf := nodeFaults(node)
 			args := []string{"node", "--spec", string(specJSON), "--dir", filepath.Join(dir, fmt.Sprintf("node%d", node)),
 				"--faults", faultsArg(nf), "--seed", strconv.FormatUint(nf.Seed, 10), "--fsync=" + strconv.FormatBool(ec.sync)}
 			if listen != "" {
@@ -151,6 +179,52 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	elapsed := time.Since(start)
 	(*prog).Stop()
 	return res, elapsed, err
+}
+
+// jobConfig is what the coordinator's journal records of a loadgen job:
+// its spec; for an input file, its size and modification time (where the
+// coordinator can see it), so that a changed input is another job, never
+// resumed; and, for workers on agents, the job's name there.
+type jobConfig struct {
+	Spec       jobs.Spec `json:"spec"`
+	InputSize  int64     `json:"input_size,omitempty"`
+	InputModNs int64     `json:"input_mod_ns,omitempty"`
+	AgentJob   string    `json:"agent_job,omitempty"`
+}
+
+func newJobConfig(spec jobs.Spec, onAgents bool) jobConfig {
+	jc := jobConfig{Spec: spec}
+	if spec.Input != "" {
+		if fi, err := os.Stat(spec.Input); err == nil {
+			jc.InputSize, jc.InputModNs = fi.Size(), fi.ModTime().UnixNano()
+		}
+	}
+	if onAgents {
+		jc.AgentJob = newJobID()
+	}
+	return jc
+}
+
+// adoptJournaled makes jc the job dir's journal holds when that job is jc
+// but for what a new run picks afresh: a pipeline generates until a
+// wall-clock deadline set from --duration when it first starts, and a job
+// on agents has a new name there; a resumed run continues the job,
+// deadline and name included. Anything else (no journal, another job, a
+// damaged journal) is the coordinator's to report.
+func adoptJournaled(dir string, jc *jobConfig) {
+	st, err := journal.Read(filepath.Join(dir, engine.JournalFile))
+	if err != nil || st.Job == nil {
+		return
+	}
+	var have jobConfig
+	if json.Unmarshal(st.Job.Config, &have) != nil || (have.AgentJob == "") != (jc.AgentJob == "") {
+		return
+	}
+	same := have
+	same.Spec.DeadlineNs, same.AgentJob = jc.Spec.DeadlineNs, jc.AgentJob
+	if same == *jc {
+		*jc = have
+	}
 }
 
 func faultsArg(f transport.Faults) string {
@@ -191,6 +265,16 @@ func engineReport(scenario string, cfg map[string]any, res *engine.Result, elaps
 	}
 	r.Timeline = prog.Samples()
 	r.Events = prog.Events()
+	if rs := res.Resumed; rs != nil {
+		r.Config["resumed"] = true
+		from := "the start of its sources' logs (no checkpoint had completed)"
+		if rs.HasCheckpoint {
+			r.Config["resumed_from_checkpoint"] = rs.Checkpoint
+			from = fmt.Sprintf("its checkpoint at timestamp %d", rs.Checkpoint)
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("resumed the job an earlier run left in its data directory (%d generations, %d checkpoints journaled) from %s, with generation %d; "+
+			"the results cover the whole job, the duration, rates and timeline this run only", rs.Generations, rs.Checkpoints, from, rs.Gen))
+	}
 	for _, d := range res.RecoveryTimes {
 		r.Notes = append(r.Notes, fmt.Sprintf("recovery took %v", d.Round(time.Millisecond)))
 	}
@@ -243,7 +327,7 @@ func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConf
 
 func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfig, sec nodeFlags, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
 	rec := bench.NewRecorder()
-	if ec.nodes > 1 {
+	if ec.nodes > 1 || ec.agents != nil {
 		rec = nil // the sinks run in other processes
 	}
 	spec := jobs.Spec{Kind: "pipeline", Size: tc.size, DeadlineNs: bench.Now() + int64(tc.duration), Keys: 64,

@@ -15,20 +15,21 @@ import (
 	"time"
 )
 
-// netnsHosts is two network namespaces joined by a veth pair: two hosts,
-// as far as TCP can tell, with their own loopbacks, addresses and ports.
+// netnsHosts is network namespaces joined by a bridge: hosts, as far as
+// TCP can tell, with their own loopbacks, addresses and ports.
 type netnsHosts struct {
-	ns   [2]string // namespace names
-	addr [2]string // their addresses on the veth link
+	ns   []string // namespace names
+	addr []string // their addresses on the bridged link
 }
 
 var netnsSeq atomic.Int32
 
-// newNetnsHosts builds two hosts out of network namespaces and removes them
-// when the test ends, whether it passed or not. It skips the test, saying
-// why, when this process is not root, `ip` is missing, or the kernel refuses
-// to create namespaces (a container without CAP_SYS_ADMIN).
-func newNetnsHosts(t *testing.T) *netnsHosts {
+// newNetnsHosts builds n hosts out of network namespaces, joined by a
+// bridge in a namespace of its own, and removes them when the test ends,
+// whether it passed or not. It skips the test, saying why, when this
+// process is not root, `ip` is missing, or the kernel refuses to create
+// namespaces, veth pairs or bridges (a container without CAP_SYS_ADMIN).
+func newNetnsHosts(t *testing.T, n int) *netnsHosts {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: building hosts out of network namespaces needs root (ip netns); run the tests as root to cover loadgen across hosts")
@@ -36,13 +37,9 @@ func newNetnsHosts(t *testing.T) *netnsHosts {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skipf("skipping: the ip command (iproute2) is needed for network namespaces: %v", err)
 	}
-	id := fmt.Sprintf("%d-%d", os.Getpid(), netnsSeq.Add(1))
-	h := &netnsHosts{
-		ns:   [2]string{"sluice-a-" + id, "sluice-b-" + id},
-		addr: [2]string{"10.77.0.1", "10.77.0.2"},
-	}
-	// veth names are at most 15 bytes.
-	veth := [2]string{fmt.Sprintf("sl%xa", os.Getpid()<<4|int(netnsSeq.Load()&15)), fmt.Sprintf("sl%xb", os.Getpid()<<4|int(netnsSeq.Load()&15))}
+	seq := netnsSeq.Add(1)
+	id := fmt.Sprintf("%d-%d", os.Getpid(), seq)
+	h := &netnsHosts{}
 	ipCmd := func(args ...string) error {
 		out, err := exec.Command("ip", args...).CombinedOutput()
 		if err != nil {
@@ -50,7 +47,7 @@ func newNetnsHosts(t *testing.T) *netnsHosts {
 		}
 		return nil
 	}
-	for _, ns := range h.ns {
+	addNS := func(ns string) {
 		if err := ipCmd("netns", "add", ns); err != nil {
 			t.Skipf("skipping: cannot create a network namespace here: %v", err)
 		}
@@ -60,17 +57,33 @@ func newNetnsHosts(t *testing.T) *netnsHosts {
 			}
 		})
 	}
-	if err := ipCmd("link", "add", veth[0], "type", "veth", "peer", "name", veth[1]); err != nil {
-		t.Skipf("skipping: cannot create a veth pair here: %v", err)
+	sw := "sluice-sw-" + id
+	addNS(sw)
+	for _, s := range [][]string{{"-n", sw, "link", "add", "br0", "type", "bridge"}, {"-n", sw, "link", "set", "br0", "up"}} {
+		if err := ipCmd(s...); err != nil {
+			t.Skipf("skipping: cannot create a bridge here: %v", err)
+		}
 	}
-	// Moved into the namespaces, the pair goes away with them; this only
-	// matters if a step below fails before the move.
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", veth[0]).Run() })
-	for i, ns := range h.ns {
+	for i := range n {
+		ns := fmt.Sprintf("sluice-%c-%s", 'a'+i, id)
+		addNS(ns)
+		h.ns = append(h.ns, ns)
+		h.addr = append(h.addr, fmt.Sprintf("10.77.0.%d", i+1))
+		// veth names are at most 15 bytes.
+		host, port := fmt.Sprintf("sl%x%dh%d", os.Getpid()&0xffffff, seq%100, i), fmt.Sprintf("sl%x%ds%d", os.Getpid()&0xffffff, seq%100, i)
+		if err := ipCmd("link", "add", host, "type", "veth", "peer", "name", port); err != nil {
+			t.Skipf("skipping: cannot create a veth pair here: %v", err)
+		}
+		// Moved into the namespaces, the pair goes away with them; this
+		// only matters if a step below fails before the move.
+		t.Cleanup(func() { _ = exec.Command("ip", "link", "del", host).Run() })
 		steps := [][]string{
-			{"link", "set", veth[i], "netns", ns},
-			{"-n", ns, "addr", "add", h.addr[i] + "/24", "dev", veth[i]},
-			{"-n", ns, "link", "set", veth[i], "up"},
+			{"link", "set", port, "netns", sw},
+			{"-n", sw, "link", "set", port, "master", "br0"},
+			{"-n", sw, "link", "set", port, "up"},
+			{"link", "set", host, "netns", ns},
+			{"-n", ns, "addr", "add", h.addr[i] + "/24", "dev", host},
+			{"-n", ns, "link", "set", host, "up"},
 			{"-n", ns, "link", "set", "lo", "up"},
 		}
 		for _, s := range steps {
@@ -167,7 +180,7 @@ func TestAcrossNetworkNamespaces(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping in -short mode: builds loadgen and runs it in network namespaces (about 10 s)")
 	}
-	h := newNetnsHosts(t)
+	h := newNetnsHosts(t, 2)
 	bin := buildLoadgen(t)
 	a, b := h.ns[0], h.ns[1]
 	out := t.TempDir()

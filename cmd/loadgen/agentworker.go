@@ -1,0 +1,318 @@
+package main
+
+// Engine workers on agents: `loadgen coordinate --scenario wordcount|pipeline`
+// places each engine worker on an agent. The engine's coordinator drives a
+// worker over JSON lines, as it drives a `loadgen node` child over its stdin
+// and stdout; here the lines travel over a control connection to the agent,
+// which runs the `loadgen node` child and copies bytes both ways:
+//
+//	coordinator -> agent            agent -> coordinator
+//	worker {worker plan}            started {pid, machine}, then the worker's stdout
+//	the worker's stdin ...
+//
+// The agent closes the connection once the worker has exited; when the
+// connection's coordinator side ends, the agent closes the worker's stdin,
+// and the worker ends as a child whose parent died does. A restart is a new
+// connection with the same node and listen address. The kill fault opens a
+// connection of its own:
+//
+//	kill {worker plan: job, node}   killed {pid}
+//
+// and the agent SIGKILLs that node's worker.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/jobs"
+)
+
+const (
+	msgWorker  = "worker"
+	msgStarted = "started"
+	msgKill    = "kill"
+	msgKilled  = "killed"
+)
+
+// workerPlan asks an agent to run, or to kill, one engine worker.
+type workerPlan struct {
+	Version int `json:"version"`
+	// Job names the job's directory on the agent; Node the worker.
+	Job  string `json:"job"`
+	Node int    `json:"node"`
+	// Spec is the job (jobs.Spec as JSON).
+	Spec json.RawMessage `json:"spec,omitempty"`
+	// Listen is the worker's transport address; empty: the address the
+	// coordinator reached the agent at, any port.
+	Listen string `json:"listen,omitempty"`
+	Faults string `json:"faults,omitempty"`
+	Seed   uint64 `json:"seed,omitempty"`
+	Fsync  bool   `json:"fsync,omitempty"`
+}
+
+var jobName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func (p *workerPlan) validate(run bool) error {
+	if p.Version != ctlVersion {
+		return fmt.Errorf("worker: control protocol version %d, this agent speaks %d", p.Version, ctlVersion)
+	}
+	if !jobName.MatchString(p.Job) {
+		return fmt.Errorf("worker: job name %q is not 1-64 of [A-Za-z0-9_-]", p.Job)
+	}
+	if p.Node < 0 || p.Node > 1<<16 {
+		return fmt.Errorf("worker: node %d out of range", p.Node)
+	}
+	if !run {
+		return nil
+	}
+	if _, err := jobs.BuildJSON(p.Spec, nil); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if p.Listen != "" {
+		if _, _, err := net.SplitHostPort(p.Listen); err != nil {
+			return fmt.Errorf("worker: listen address %q: %w", p.Listen, err)
+		}
+	}
+	return nil
+}
+
+// workerStarted answers a worker plan.
+type workerStarted struct {
+	Pid     int           `json:"pid"`
+	Machine bench.Machine `json:"machine"`
+}
+
+// workers are the engine workers an agent runs, by job and node.
+type workers struct {
+	mu    sync.Mutex
+	procs map[string]*os.Process
+}
+
+func workerKey(job string, node int) string { return job + "/" + strconv.Itoa(node) }
+
+// runWorker serves one worker connection: it starts the worker, copies its
+// pipes to and from the connection, and returns once the worker has exited.
+func (a *agent) runWorker(cc *ctlConn, p *workerPlan, ctlLocal net.Addr) error {
+	if err := p.validate(true); err != nil {
+		return err
+	}
+	listen := p.Listen
+	if listen == "" {
+		// The worker's address goes to every other worker, so its host
+		// must be one they reach: --data-listen's, unless unspecified,
+		// else the one the coordinator reached this agent at.
+		host, _, err := net.SplitHostPort(a.dataListen)
+		if ip := net.ParseIP(host); err != nil || host == "" || ip != nil && ip.IsUnspecified() {
+			if host, _, err = net.SplitHostPort(ctlLocal.String()); err != nil {
+				return err
+			}
+		}
+		listen = net.JoinHostPort(host, "0")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := []string{"node", "--spec", string(p.Spec), "--dir", filepath.Join(a.workDir, p.Job, fmt.Sprintf("node%d", p.Node)),
+		"--listen", listen, "--faults", p.Faults, "--seed", strconv.FormatUint(p.Seed, 10), "--fsync=" + strconv.FormatBool(p.Fsync)}
+	cmd := exec.Command(exe, append(args, a.nodeArgs...)...)
+	cmd.Stderr = a.stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("worker: starting node %d: %w", p.Node, err)
+	}
+	key := workerKey(p.Job, p.Node)
+	a.workers.mu.Lock()
+	a.workers.procs[key] = cmd.Process
+	a.workers.mu.Unlock()
+	a.logf("started worker %s (pid %d) on %s", key, cmd.Process.Pid, listen)
+	if err := cc.send(ctlMsg{Type: msgStarted, Started: &workerStarted{Pid: cmd.Process.Pid, Machine: bench.DetectMachine()}}); err != nil {
+		_ = cmd.Process.Kill()
+	}
+	_ = cc.c.SetDeadline(time.Time{})
+	go func() {
+		// The coordinator's requests; their end (the coordinator closed
+		// its side or died) ends the worker's stdin.
+		_, _ = io.Copy(stdin, cc.r)
+		_ = stdin.Close()
+	}()
+	_, _ = io.Copy(cc.c, stdout)
+	err = cmd.Wait()
+	a.workers.mu.Lock()
+	if a.workers.procs[key] == cmd.Process {
+		delete(a.workers.procs, key)
+	}
+	a.workers.mu.Unlock()
+	a.logf("worker %s (pid %d) exited: %v", key, cmd.Process.Pid, cmd.ProcessState)
+	return nil
+}
+
+// killWorker SIGKILLs the worker a kill message names.
+func (a *agent) killWorker(cc *ctlConn, p *workerPlan) error {
+	if err := p.validate(false); err != nil {
+		return err
+	}
+	key := workerKey(p.Job, p.Node)
+	a.workers.mu.Lock()
+	proc := a.workers.procs[key]
+	a.workers.mu.Unlock()
+	if proc == nil {
+		return fmt.Errorf("kill: no worker %s runs here", key)
+	}
+	if err := proc.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("kill: worker %s: %w", key, err)
+	}
+	a.logf("SIGKILLed worker %s (pid %d)", key, proc.Pid)
+	return cc.send(ctlMsg{Type: msgKilled, Started: &workerStarted{Pid: proc.Pid}})
+}
+
+// agentLauncher places a job's engine workers on agents, node i on agent
+// i mod len(agents).
+type agentLauncher struct {
+	agents  []string
+	key     []byte
+	job     string
+	spec    []byte
+	fsync   bool
+	timeout time.Duration
+	faults  func(node int) (faults string, seed uint64)
+
+	mu       sync.Mutex
+	machines map[string]bench.Machine // by agent
+}
+
+// jobID names a job on the agents: random for a new job, kept by one that
+// resumes (see adoptJournaled).
+func newJobID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return "job-" + hex.EncodeToString(b[:])
+}
+
+func (l *agentLauncher) agent(node int) string { return l.agents[node%len(l.agents)] }
+
+func (l *agentLauncher) dial(ctx context.Context, node int) (*ctlConn, error) {
+	addr := l.agent(node)
+	d := net.Dialer{Timeout: l.timeout}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, &agentError{Agent: addr, Role: fmt.Sprintf("worker %d", node), Phase: "connecting",
+			Err: fmt.Errorf("%w: %v (is 'loadgen agent --listen %s' running there?)", errAgentUnreachable, err, addr)}
+	}
+	cc := newCtlConn(conn)
+	if err := ctlAuthenticate(cc, l.key, true); err != nil {
+		conn.Close()
+		return nil, &agentError{Agent: addr, Role: fmt.Sprintf("worker %d", node), Phase: "authenticating", Err: err}
+	}
+	return cc, nil
+}
+
+// roundTrip sends m on a new connection for node's agent and waits for a
+// message of type want.
+func (l *agentLauncher) roundTrip(ctx context.Context, node int, m ctlMsg, want string) (*ctlConn, ctlMsg, error) {
+	cc, err := l.dial(ctx, node)
+	if err != nil {
+		return nil, ctlMsg{}, err
+	}
+	fail := func(err error) (*ctlConn, ctlMsg, error) {
+		cc.c.Close()
+		return nil, ctlMsg{}, &agentError{Agent: l.agent(node), Role: fmt.Sprintf("worker %d", node), Phase: m.Type, Err: err}
+	}
+	if err := cc.send(m); err != nil {
+		return fail(fmt.Errorf("%w: %v", errAgentLost, err))
+	}
+	r, err := cc.recv(l.timeout)
+	switch {
+	case err != nil:
+		return fail(fmt.Errorf("%w: %v", errAgentLost, err))
+	case r.Type == msgError:
+		return fail(fmt.Errorf("%w: %s", errAgentFailed, r.Error))
+	case r.Type != want || r.Started == nil:
+		return fail(fmt.Errorf("%w %q, want %q", errCtlUnexpected, r.Type, want))
+	}
+	return cc, r, nil
+}
+
+// Launch starts node's worker on its agent (an engine.Launcher).
+func (l *agentLauncher) Launch(ctx context.Context, node int, listen string) (engine.WorkerProcess, error) {
+	f, seed := l.faults(node)
+	p := &workerPlan{Version: ctlVersion, Job: l.job, Node: node, Spec: l.spec, Listen: listen, Faults: f, Seed: seed, Fsync: l.fsync}
+	cc, r, err := l.roundTrip(ctx, node, ctlMsg{Type: msgWorker, Worker: p}, msgStarted)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.machines[l.agent(node)] = r.Started.Machine
+	l.mu.Unlock()
+	_ = cc.c.SetDeadline(time.Time{})
+	return &remoteWorker{l: l, node: node, cc: cc}, nil
+}
+
+// remoteWorker is a worker on an agent, behind one control connection.
+type remoteWorker struct {
+	l    *agentLauncher
+	node int
+	cc   *ctlConn
+}
+
+// Stdin writes to the connection; closing it closes the connection's
+// sending side, which the agent passes on as the end of the worker's
+// stdin.
+func (w *remoteWorker) Stdin() io.WriteCloser { return halfCloser{w.cc.c} }
+
+// Stdout reads the connection (past the started line).
+func (w *remoteWorker) Stdout() io.Reader { return w.cc.r }
+
+// Kill asks the agent to SIGKILL the worker.
+func (w *remoteWorker) Kill() error {
+	ctx, cancel := context.WithTimeout(context.Background(), w.l.timeout)
+	defer cancel()
+	p := &workerPlan{Version: ctlVersion, Job: w.l.job, Node: w.node}
+	cc, _, err := w.l.roundTrip(ctx, w.node, ctlMsg{Type: msgKill, Worker: p}, msgKilled)
+	if err != nil {
+		return err
+	}
+	cc.c.Close()
+	return nil
+}
+
+// Wait reads the connection to its end: the agent closes it once the
+// worker has exited.
+func (w *remoteWorker) Wait() string {
+	_, _ = io.Copy(io.Discard, w.cc.r)
+	w.cc.c.Close()
+	return fmt.Sprintf("the worker on agent %s ended", w.l.agent(w.node))
+}
+
+type halfCloser struct{ c net.Conn }
+
+func (h halfCloser) Write(b []byte) (int, error) { return h.c.Write(b) }
+
+func (h halfCloser) Close() error {
+	if tc, ok := h.c.(*net.TCPConn); ok {
+		return tc.CloseWrite()
+	}
+	return h.c.Close()
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/jobs"
+	"github.com/sluicehq/sluice/engine/journal"
+)
+
+func TestAnAgentRefusesABadWorkerPlanAndAKillOfNoWorker(t *testing.T) {
+	a := startAgentWith(t, func(a *agent) { a.workDir = t.TempDir() })
+	spec := json.RawMessage(`{"kind":"wordcount","input":"x"}`)
+	good := workerPlan{Version: ctlVersion, Job: "job-1", Node: 0, Spec: spec}
+	cases := []struct {
+		name string
+		kind string
+		edit func(*workerPlan)
+		want string
+	}{
+		{"another protocol version", msgWorker, func(p *workerPlan) { p.Version = ctlVersion + 1 }, "control protocol version"},
+		{"a job name that is a path", msgWorker, func(p *workerPlan) { p.Job = "../etc" }, "job name"},
+		{"a negative node", msgWorker, func(p *workerPlan) { p.Node = -1 }, "out of range"},
+		{"a spec of no known job", msgWorker, func(p *workerPlan) { p.Spec = json.RawMessage(`{"kind":"nope"}`) }, "unknown job kind"},
+		{"a spec that is not a spec", msgWorker, func(p *workerPlan) { p.Spec = json.RawMessage(`{"kind":5}`) }, "jobs: spec"},
+		{"a listen address without a port", msgWorker, func(p *workerPlan) { p.Listen = "10.0.0.1" }, "listen address"},
+		{"a kill of a worker that does not run", msgKill, func(p *workerPlan) {}, "no worker job-1/0 runs here"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := good
+			c.edit(&p)
+			cc := dialCtl(t, a.addr)
+			if err := cc.send(ctlMsg{Type: c.kind, Worker: &p}); err != nil {
+				t.Fatal(err)
+			}
+			m := recvType(t, cc)
+			if m.Type != msgError || !strings.Contains(m.Error, c.want) {
+				t.Fatalf("got %q %q, want an error saying %q", m.Type, m.Error, c.want)
+			}
+		})
+	}
+}
+
+// TestWordCountWithWorkersOnAgentsOverLoopback is the three-host test
+// (TestEngineWorkersOnAgentsInThreeHosts) on one host, without root: three
+// agent processes on loopback ports, workers SIGKILLed by their agents;
+// then a coordinator SIGKILLed mid-job and started again on its --data-dir
+// resumes the job on the agents' workers, which kept their directories.
+func TestWordCountWithWorkersOnAgentsOverLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short mode: builds loadgen and runs word count on three agent processes (about 10 s)")
+	}
+	if raceEnabled {
+		t.Skip("skipping under the race detector: it does not instrument the loadgen processes")
+	}
+	bin := buildLoadgen(t)
+	dir := t.TempDir()
+	input := filepath.Join(dir, "input.txt")
+	writeWords(t, input, 4_000_000, 13)
+	in, err := os.Open(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := jobs.ReferenceCounts(in)
+	in.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := jobs.WriteCounts(&want, ref); err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	var logs []*syncBuffer
+	for i := range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the agent
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		log := &syncBuffer{}
+		cmd := exec.Command(bin, "agent", "--listen", addr, "--data-dir", filepath.Join(dir, fmt.Sprintf("agent%d", i)))
+		cmd.Stderr = log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		log.waitFor(t, "listening for coordinators")
+		addrs, logs = append(addrs, addr), append(logs, log)
+	}
+	coordinate := func(ctx context.Context, out string, more ...string) *exec.Cmd {
+		args := append([]string{"coordinate", "--scenario", "wordcount", "--agents", strings.Join(addrs, ","),
+			"--input", input, "--output", out, "--checkpoint-every", "100ms", "--json", "--out", filepath.Join(dir, "report")}, more...)
+		return exec.CommandContext(ctx, bin, args...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sameCounts := func(t *testing.T, out string) {
+		t.Helper()
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("the counts differ from an independent count of the input (%d vs %d bytes)", len(got), want.Len())
+		}
+	}
+
+	t.Run("workers SIGKILLed by their agents", func(t *testing.T) {
+		out := filepath.Join(dir, "counts.tsv")
+		co := coordinate(ctx, out, "--faults", "kill=700ms", "--seed", "4")
+		var stderr bytes.Buffer
+		co.Stderr = &stderr
+		if err := co.Run(); err != nil {
+			t.Fatalf("coordinate: %v\n%s", err, tail(stderr.Bytes(), 3000))
+		}
+		sameCounts(t, out)
+		kills := 0
+		for _, l := range logs {
+			kills += strings.Count(l.String(), "SIGKILLed worker")
+		}
+		if kills == 0 {
+			t.Errorf("no agent SIGKILLed a worker: the test proves nothing; make the input larger")
+		}
+		t.Logf("%d workers SIGKILLed by their agents", kills)
+	})
+
+	t.Run("the coordinator SIGKILLed and started again resumes", func(t *testing.T) {
+		out, data := filepath.Join(dir, "resumed.tsv"), filepath.Join(dir, "coordinator")
+		first := coordinate(ctx, out, "--data-dir", data)
+		var stderr bytes.Buffer
+		first.Stderr = &stderr
+		if err := first.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- first.Wait() }()
+		for {
+			select {
+			case err := <-exited:
+				t.Fatalf("coordinate ended (%v) before its journal held two checkpoints: make the input larger\n%s", err, tail(stderr.Bytes(), 2000))
+			case <-time.After(5 * time.Millisecond):
+			}
+			if st, err := journal.Read(filepath.Join(data, engine.JournalFile)); err == nil && st.Checkpoints >= 2 {
+				break
+			}
+		}
+		_ = first.Process.Signal(syscall.SIGKILL)
+		if err := <-exited; err == nil || !strings.Contains(err.Error(), "killed") {
+			t.Fatalf("the first coordinator ended with %v, want killed mid-run", err)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Fatal("the output exists after the kill: the job had finished, the kill proves nothing")
+		}
+		second := coordinate(ctx, out, "--data-dir", data)
+		var stdout bytes.Buffer
+		stderr.Reset()
+		second.Stdout, second.Stderr = &stdout, &stderr
+		if err := second.Run(); err != nil {
+			t.Fatalf("the restarted coordinator: %v\n%s", err, tail(stderr.Bytes(), 3000))
+		}
+		lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
+		var r struct {
+			Config map[string]any `json:"config"`
+		}
+		if err := json.Unmarshal(lines[len(lines)-1], &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Config["resumed"] != true || r.Config["resumed_from_checkpoint"] == nil {
+			t.Errorf("the restarted coordinator did not resume from a checkpoint: config %v", r.Config)
+		}
+		sameCounts(t, out)
+	})
+}
+
+func TestCoordinateRefusesFlagsOfAnotherScenario(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--scenario", "wordcount", "--agents", "127.0.0.1:1", "--nodes", "3"}, "one engine worker per agent"},
+		{[]string{"--scenario", "pipeline", "--agents", "127.0.0.1:1", "--topology", "ring"}, "--topology is for --scenario transport"},
+		{[]string{"--scenario", "pipeline", "--agents", "127.0.0.1:1", "--rate", "1000"}, "--rate is for --scenario transport"},
+		{[]string{"--scenario", "transport", "--agents", "127.0.0.1:1,127.0.0.1:2", "--input", "x"}, "--input is for --scenario wordcount or pipeline"},
+		{[]string{"--scenario", "wordcount", "--agents", ""}, "--agents names no agent"},
+		{[]string{"--scenario", "wordcount", "--agents", "127.0.0.1:1,127.0.0.1:1"}, "listed twice"},
+		{[]string{"--scenario", "wordcount", "--agents", "nohost"}, "agent address"},
+		{[]string{"--scenario", "sort", "--agents", "127.0.0.1:1"}, "unknown scenario"},
+	}
+	for _, c := range cases {
+		var stderr bytes.Buffer
+		err := coordinateCmd(context.Background(), c.args, &bytes.Buffer{}, &stderr)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("coordinate %v: got %v, want an error saying %q", c.args, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/engine/jobs"
+)
+
+// TestEngineWorkersOnAgentsInThreeHosts runs word count with one engine
+// worker on an agent in each of three network-namespace hosts, the
+// coordinator in the first, while workers are SIGKILLed by their agents
+// every 700 ms. The output must equal an independent count of the input,
+// and a worker on another host than the coordinator's must have been
+// killed and started again.
+func TestEngineWorkersOnAgentsInThreeHosts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short mode: builds loadgen and runs word count across network namespaces (about 15 s)")
+	}
+	if raceEnabled {
+		t.Skip("skipping under the race detector: it does not instrument the loadgen processes")
+	}
+	h := newNetnsHosts(t, 3)
+	bin := buildLoadgen(t)
+	dir := t.TempDir()
+	input := filepath.Join(dir, "input.txt")
+	writeWords(t, input, 6_000_000, 9)
+	in, err := os.Open(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := jobs.ReferenceCounts(in)
+	in.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := jobs.WriteCounts(&want, ref); err != nil {
+		t.Fatal(err)
+	}
+
+	var agents []*proc
+	var addrs []string
+	for i, ns := range h.ns {
+		a := h.start(t, ns, bin, "agent", "--listen", h.addr[i]+":7500", "--data-dir", filepath.Join(dir, fmt.Sprintf("agent%d", i)))
+		a.stderr.waitFor(t, "listening for coordinators")
+		agents = append(agents, a)
+		addrs = append(addrs, h.addr[i]+":7500")
+	}
+	out := filepath.Join(dir, "counts.tsv")
+	// With seed 4 the first kill is of node 2 and the second of node 1:
+	// both in other hosts than the coordinator's.
+	co := h.start(t, h.ns[0], bin, "coordinate", "--scenario", "wordcount", "--agents", strings.Join(addrs, ","),
+		"--input", input, "--output", out, "--faults", "kill=700ms", "--seed", "4", "--checkpoint-every", "100ms",
+		"--json", "--out", filepath.Join(dir, "report"))
+	if code := co.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("coordinate exited with %d:\n%s", code, co.stderr)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Errorf("the counts differ from an independent count of the input (%d vs %d bytes)", len(got), want.Len())
+	}
+	r := co.lastJSON(t)
+	faults, _ := r["faults"].(map[string]any)
+	if kills, _ := faults["kill"].(float64); kills < 1 {
+		t.Errorf("no worker was killed (faults %v)", r["faults"])
+	}
+	// The agents say whom they killed and started: a worker on another
+	// host died of SIGKILL and was started again.
+	killed := regexp.MustCompile(`SIGKILLed worker (job-[0-9a-f]+/\d+)`)
+	remote := 0
+	for i, a := range agents[1:] {
+		for _, m := range killed.FindAllStringSubmatch(a.stderr.String(), -1) {
+			remote++
+			if !strings.Contains(a.stderr.String(), "worker "+m[1]+" (pid") || strings.Count(a.stderr.String(), "started worker "+m[1]) < 2 {
+				t.Errorf("agent %d killed worker %s but did not start it again:\n%s", i+1, m[1], a.stderr)
+			}
+		}
+	}
+	if remote == 0 {
+		t.Errorf("no worker on another host than the coordinator's was killed; the agents said:\n%s\n%s", agents[1].stderr, agents[2].stderr)
+	}
+	t.Logf("kills %v (%d on other hosts), recoveries %v, checkpoints %v, %.1f s", faults["kill"], remote, r["recoveries"], r["checkpoints"], r["duration_s"])
+}

@@ -1,0 +1,299 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+// history is a journal's worth of records: a job, three generations, the
+// second restoring the first's last checkpoint.
+func history() []Record {
+	return []Record{
+		&Job{Config: []byte(`{"kind":"wordcount","input":"in.txt"}`), Shape: "gen*1 split*2 count*2", Nodes: 3,
+			Placement: []int{0, 1, 2, 0, 1}},
+		&Generation{Gen: 1, Interval: 4096},
+		&Checkpoint{Gen: 1, Ts: 4096, Interval: 8192},
+		&Checkpoint{Gen: 1, Ts: 12288, Interval: 8192},
+		&Generation{Gen: 2, Restore: 12288, HasRestore: true, Interval: 8192},
+		&Checkpoint{Gen: 2, Ts: 20480, Interval: 2048},
+		&Generation{Gen: 5, Restore: 20480, HasRestore: true, Interval: 2048},
+	}
+}
+
+// stateOf adds up recs independently of State.apply.
+func stateOf(recs []Record) State {
+	var s State
+	for _, r := range recs {
+		switch r := r.(type) {
+		case *Job:
+			s.Job = r
+		case *Generation:
+			s.Gen, s.Interval = r.Gen, r.Interval
+			s.Generations++
+		case *Checkpoint:
+			s.Checkpoint, s.HasCheckpoint, s.Interval = r.Ts, true, r.Interval
+			s.Checkpoints++
+		}
+	}
+	return s
+}
+
+// writeJournal appends recs to a new journal at path and returns the
+// offset at which each record ends.
+func writeJournal(t *testing.T, path string, recs []Record) []int64 {
+	t.Helper()
+	j, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	ends := []int64{}
+	for _, r := range recs {
+		if err := j.Append(r); err != nil {
+			t.Fatalf("Append(%+v): %v", r, err)
+		}
+		ends = append(ends, j.off)
+	}
+	return ends
+}
+
+func TestAReopenedJournalHoldsEveryAppendedRecordAndAcceptsMore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	recs := history()
+	writeJournal(t, path, recs)
+	j, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := j.State(), stateOf(recs); !reflect.DeepEqual(got, want) {
+		t.Fatalf("state after reopen\n got %+v\nwant %+v", got, want)
+	}
+	if j.Cut() != 0 {
+		t.Fatalf("an intact journal lost %d bytes", j.Cut())
+	}
+	more := &Checkpoint{Gen: 5, Ts: 30000, Interval: 2048}
+	if err := j.Append(more); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	st, err := Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := stateOf(append(recs, more)); !reflect.DeepEqual(st, want) {
+		t.Fatalf("state after an append\n got %+v\nwant %+v", st, want)
+	}
+}
+
+func TestAJournalCutAtAnyByteKeepsExactlyTheRecordsBeforeTheCut(t *testing.T) {
+	dir := t.TempDir()
+	full := filepath.Join(dir, "full")
+	recs := history()
+	ends := writeJournal(t, full, recs)
+	b, err := os.ReadFile(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cut := 0; cut <= len(b); cut++ {
+		path := filepath.Join(dir, "cut")
+		if err := os.WriteFile(path, b[:cut], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		j, err := Open(path, Options{NoSync: true})
+		if cut < len(fileMagic) {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("cut at %d, inside the file's magic: got %v, want ErrCorrupt", cut, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("cut at %d: %v", cut, err)
+		}
+		kept := 0
+		keptEnd := int64(len(fileMagic))
+		for kept < len(ends) && ends[kept] <= int64(cut) {
+			keptEnd = ends[kept]
+			kept++
+		}
+		if got, want := j.State(), stateOf(recs[:kept]); !reflect.DeepEqual(got, want) {
+			t.Fatalf("cut at %d: state\n got %+v\nwant %+v", cut, got, want)
+		}
+		if j.Cut() != int64(cut)-keptEnd {
+			t.Fatalf("cut at %d: Cut() = %d, want %d", cut, j.Cut(), int64(cut)-keptEnd)
+		}
+		// The torn tail is gone from the file, and the journal goes on.
+		if fi, _ := os.Stat(path); fi.Size() != keptEnd {
+			t.Fatalf("cut at %d: file is %d bytes after Open, want %d", cut, fi.Size(), keptEnd)
+		}
+		if kept < len(recs) {
+			if err := j.Append(recs[kept]); err != nil {
+				t.Fatalf("cut at %d: appending the lost record: %v", cut, err)
+			}
+		}
+		j.Close()
+		st, err := Read(path)
+		if err != nil {
+			t.Fatalf("cut at %d, after an append: %v", cut, err)
+		}
+		if want := stateOf(recs[:min(kept+1, len(recs))]); !reflect.DeepEqual(st, want) {
+			t.Fatalf("cut at %d, after an append: state\n got %+v\nwant %+v", cut, st, want)
+		}
+	}
+}
+
+func TestDamageToTheLastRecordIsCutAndDamageBeforeItIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	full := filepath.Join(dir, "full")
+	recs := history()
+	ends := writeJournal(t, full, recs)
+	b, err := os.ReadFile(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := int64(len(fileMagic))
+	for i, end := range ends {
+		for at := start; at < end; at++ {
+			bad := bytes.Clone(b)
+			bad[at] ^= 0x20
+			path := filepath.Join(dir, "bad")
+			if err := os.WriteFile(path, bad, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			j, err := Open(path, Options{NoSync: true})
+			if i == len(ends)-1 {
+				if err != nil {
+					t.Fatalf("byte %d of the last record flipped: %v, want the record cut", at, err)
+				}
+				if got, want := j.State(), stateOf(recs[:i]); !reflect.DeepEqual(got, want) {
+					t.Fatalf("byte %d of the last record flipped: state\n got %+v\nwant %+v", at, got, want)
+				}
+				j.Close()
+				continue
+			}
+			var ce *CorruptError
+			if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("byte %d of record %d flipped: got %v, want a *CorruptError", at, i, err)
+			}
+			if ce.Offset != start {
+				t.Fatalf("byte %d of record %d flipped: error at offset %d, want %d (the record's start)", at, i, ce.Offset, start)
+			}
+		}
+		start = end
+	}
+}
+
+func TestAZeroFilledTailIsCut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	recs := history()
+	writeJournal(t, path, recs)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(make([]byte, 4096)) // a crash while the file grew
+	f.Close()
+	j, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if got, want := j.State(), stateOf(recs); !reflect.DeepEqual(got, want) {
+		t.Fatalf("state\n got %+v\nwant %+v", got, want)
+	}
+	if j.Cut() != 4096 {
+		t.Fatalf("cut %d bytes, want 4096", j.Cut())
+	}
+}
+
+func TestRecordsOutOfOrderAreRefusedOnAppendAndOnReplay(t *testing.T) {
+	job := &Job{Shape: "a*1", Nodes: 1, Placement: []int{0}}
+	cases := []struct {
+		name string
+		recs []Record
+	}{
+		{"a generation before the job", []Record{&Generation{Gen: 1}}},
+		{"a second job", []Record{job, job}},
+		{"a generation not above the last", []Record{job, &Generation{Gen: 3}, &Generation{Gen: 3}}},
+		{"a checkpoint of an older generation", []Record{job, &Generation{Gen: 1}, &Generation{Gen: 2}, &Checkpoint{Gen: 1, Ts: 5}}},
+		{"a checkpoint not after the last", []Record{job, &Generation{Gen: 1}, &Checkpoint{Gen: 1, Ts: 5}, &Checkpoint{Gen: 1, Ts: 5}}},
+		{"a checkpoint before any generation", []Record{job, &Checkpoint{Gen: 0, Ts: 5}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			j, err := Open(filepath.Join(dir, "journal"), Options{NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := len(c.recs) - 1
+			for _, r := range c.recs[:last] {
+				if err := j.Append(r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := j.Append(c.recs[last]); !errors.Is(err, ErrOrder) {
+				t.Fatalf("Append: got %v, want ErrOrder", err)
+			}
+			j.Close()
+			// The same records written by hand are refused at Open.
+			b := []byte(fileMagic)
+			for _, r := range c.recs {
+				b, _ = AppendRecord(b, r)
+			}
+			path := filepath.Join(dir, "forged")
+			os.WriteFile(path, b, 0o644)
+			if _, err := Open(path, Options{NoSync: true}); !errors.Is(err, ErrOrder) || !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Open: got %v, want ErrCorrupt and ErrOrder", err)
+			}
+		})
+	}
+}
+
+func TestAFileThatIsNotAJournalIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	os.WriteFile(path, []byte("SLJN\x00\x00\x00\x02 a later version"), 0o644)
+	if _, err := Open(path, Options{NoSync: true}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("got %v, want ErrCorrupt", err)
+	}
+	if _, err := Read(filepath.Join(t.TempDir(), "none")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Read of a missing journal: got %v, want os.ErrNotExist", err)
+	}
+}
+
+func TestASecondOpenOfAnOpenJournalIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	j, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(path, Options{NoSync: true}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open: got %v, want ErrLocked", err)
+	}
+	j.Close()
+	if err := j.Append(&Job{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Append after Close: got %v, want ErrClosed", err)
+	}
+	j2, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatalf("Open after Close: %v", err)
+	}
+	j2.Close()
+}
+
+func TestARecordOverTheLimitIsRefused(t *testing.T) {
+	j, err := Open(filepath.Join(t.TempDir(), "journal"), Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if err := j.Append(&Job{Config: make([]byte, MaxBody)}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("got %v, want ErrTooLarge", err)
+	}
+	if err := j.Append(&Job{Config: make([]byte, MaxBody-100)}); err != nil {
+		t.Fatalf("a record under the limit: %v", err)
+	}
+}
