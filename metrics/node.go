@@ -55,6 +55,13 @@ func collectNode(s *Set, st transport.Stats, chans []transport.ChannelStats, o N
 	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.CtrlDropped), "kind", "ctrldrop")
 	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.Duplicated), "kind", "dup")
 	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.Resets), "kind", "reset")
+	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.GEDropped), "kind", "ge_drop")
+	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.Delayed), "kind", "delayed")
+	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.PartitionHeld), "kind", "partition_held")
+	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.PartitionReads), "kind", "partition_read")
+	s.Counter("sluice_fault_throttled_bytes_total", "Bytes the injected bandwidth cap held back.", float64(st.Faults.Throttled))
+	s.Gauge("sluice_fault_partition_seconds", "How much of the injected partition has passed.", st.Faults.PartitionTime.Seconds())
+	s.Gauge("sluice_fault_held_max_bytes", "The most bytes one connection's fault link held at once (delayed, throttled or partitioned).", float64(st.Faults.HeldMax))
 	const refusedHelp = "Connections refused or closed for a fault of the peer's, by cause."
 	s.Counter("sluice_refused_connections_total", refusedHelp, float64(st.Refused.AuthFailed), "cause", "auth_failed")
 	s.Counter("sluice_refused_connections_total", refusedHelp, float64(st.Refused.HandshakeTimeouts), "cause", "handshake_timeout")

@@ -216,7 +216,12 @@ func (c *conn) handshake(b []byte) (off int, open, ok bool) {
 // link delivers any event.
 func (c *conn) setLink(lk link, fd int) {
 	if m := newFaultModel(c.node.o.faults, c.stream, &c.node.faultN); m != nil {
-		c.faults = &faultLink{link: lk, model: m, now: c.node.now}
+		heal := func() {
+			if !c.onTraffic() {
+				_ = c.lk.Close()
+			}
+		}
+		c.faults = newFaultLink(lk, m, c.node.now, heal, c.flush)
 		c.lk = c.faults
 		return
 	}
@@ -241,6 +246,9 @@ func (c *conn) close(err error) {
 	}
 	c.fdMu.Unlock()
 	c.mu.Unlock()
+	if c.faults != nil {
+		c.faults.stop()
+	}
 	if err == nil {
 		err = io.EOF
 	}

@@ -280,6 +280,10 @@ func (n *Node) listen(addr string, gopts []gnet.Option) error {
 // for ":0"; empty if it does not listen.
 func (n *Node) Addr() string { return n.addr }
 
+// Faults returns the faults the node injects ([WithFaults]). Safe for
+// concurrent use.
+func (n *Node) Faults() Faults { return n.o.faults }
+
 // ID is the node id announced to peers.
 func (n *Node) ID() uint64 { return n.id }
 

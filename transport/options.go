@@ -205,10 +205,12 @@ func WithReconnectBackoff(min, max time.Duration) Option {
 // and dialing). Default 1.
 func WithEventLoops(n int) Option { return func(o *options) { o.eventLoops = n } }
 
-// WithFaults injects faults into this node's outgoing traffic, for tests and
+// WithFaults injects faults into this node's connections, for tests and
 // load generation: each connection's writes pass through a fault link that
-// drops and duplicates whole frames, and such connections leave all writing
-// to their loop (no direct writes, which would bypass it). Default none.
+// drops, duplicates, delays and throttles whole frames (and, during a
+// partition, holds its writes and leaves its reads for later), and such
+// connections leave all writing to their loop (no direct writes, which
+// would bypass it). Default none.
 func WithFaults(f Faults) Option { return func(o *options) { o.faults = f } }
 
 // WithKey makes the node authenticate every connection with a pre-shared

@@ -169,6 +169,7 @@ func (n *Node) Stats() Stats {
 	s.Closed.add(n.gone.s)
 	n.gone.Unlock()
 	s.Faults = n.faultN.snapshot()
+	s.Faults.PartitionTime = n.o.faults.partitionTime(n.now())
 	s.Refused = n.sec.snapshot()
 	for _, p := range n.peers() {
 		s.Peers = append(s.Peers, p.stats())

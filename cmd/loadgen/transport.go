@@ -43,7 +43,7 @@ func (c *transportConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.rate, "rate", 0, "messages per second over all channels; 0 sends as fast as the transport allows")
 	fs.IntVar(&c.channels, "channels", 1, "channels (source task -> target task) to spread the load over")
 	fs.IntVar(&c.connections, "connections", 1, "TCP connections between the two nodes")
-	fs.StringVar(&c.faults, "faults", "", "faults to inject, e.g. drop=0.05,ctrldrop=0.05,dup=0.01,reset=2s")
+	fs.StringVar(&c.faults, "faults", "", "faults to inject, e.g. drop=0.05,ctrldrop=0.05,dup=0.01,reset=2s,delay=2ms,jitter=1ms,bw=10MB,ge=0.01:0.3:0.5,partition=3s@5s (see transport.ParseFaults)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the fault generator")
 	fs.Float64Var(&c.consumeRate, "consume-rate", 0, "messages per second the receiving tasks consume at most, over all channels; 0: no limit")
 	fs.IntVar(&c.producers, "producers", 0, "goroutines sending at --rate 0, each to its share of the channels; 0: half the cores (at least one), leaving the rest to the transport's event loops")
@@ -206,11 +206,13 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 		return nil, nil, err
 	}
 	if len(rest) > 0 {
-		return nil, nil, fmt.Errorf("faults %s are not transport faults; the transport scenario takes drop, ctrldrop, dup and reset", strings.Join(rest, ","))
+		return nil, nil, fmt.Errorf("faults %s are not transport faults; the transport scenario takes drop, ctrldrop, dup, reset, delay, jitter, bw, ge and partition", strings.Join(rest, ","))
 	}
 	rxFaults := faults
 	rxFaults.Seed = cfg.seed + 0x9e3779b97f4a7c15
 	rxFaults.Reset = 0 // one side resets, or every reset would count twice
+	// One side partitions: it cuts the connection both ways.
+	rxFaults.PartitionAt, rxFaults.PartitionFor = 0, 0
 	rx, err := transport.NewNode(append([]transport.Option{transport.WithListen("127.0.0.1:0"), transport.WithFaults(rxFaults)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
@@ -325,35 +327,45 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	return report, rec, nil
 }
 
-// markFaults marks each connection reset the nodes inject on the run's
-// timeline, as it happens (drops and duplicates are too many to mark; the
-// report counts them). It returns the function that stops it.
+// markFaults marks on the run's timeline each connection reset the nodes
+// inject and when a partition started and healed, as they happen (drops,
+// duplicates and delays are too many to mark; the report counts them). It
+// returns the function that stops it.
 func markFaults(prog *bench.Progress, nodes ...*transport.Node) func() {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(100 * time.Millisecond)
+		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
-		var last transport.FaultStats
+		var resets uint64
+		started := make([]bool, len(nodes))
+		healed := make([]bool, len(nodes))
 		for {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
 			}
-			var now transport.FaultStats
-			for _, n := range nodes {
+			var now uint64
+			for i, n := range nodes {
 				f := n.Stats().Faults
-				now.DataDropped += f.DataDropped
-				now.CtrlDropped += f.CtrlDropped
-				now.Duplicated += f.Duplicated
-				now.Resets += f.Resets
+				now += f.Resets
+				if p := n.Faults().PartitionFor; p > 0 {
+					if !started[i] && f.PartitionTime > 0 {
+						started[i] = true
+						prog.Mark("partition", fmt.Sprintf("partition of %v began", p))
+					}
+					if !healed[i] && f.PartitionTime == p {
+						healed[i] = true
+						prog.Mark("heal", "the partition healed")
+					}
+				}
 			}
-			for range now.Resets - last.Resets {
+			for range now - resets {
 				prog.Mark("reset", "connection reset by the fault injector")
 			}
-			last = now
+			resets = now
 		}
 	}()
 	return func() { close(stop); <-done }
@@ -362,12 +374,15 @@ func markFaults(prog *bench.Progress, nodes ...*transport.Node) func() {
 func drainTimeout(transportConfig) time.Duration { return 2 * time.Minute }
 
 func faultMap(stats ...transport.FaultStats) map[string]int64 {
-	m := map[string]int64{}
-	for _, s := range stats {
-		m["drop"] += int64(s.DataDropped)
-		m["ctrldrop"] += int64(s.CtrlDropped)
-		m["dup"] += int64(s.Duplicated)
-		m["reset"] += int64(s.Resets)
+	var s transport.FaultStats
+	for _, f := range stats {
+		s = s.Add(f)
+	}
+	m := map[string]int64{
+		"drop": int64(s.DataDropped), "ctrldrop": int64(s.CtrlDropped), "dup": int64(s.Duplicated),
+		"reset": int64(s.Resets), "ge_drop": int64(s.GEDropped), "delayed": int64(s.Delayed),
+		"throttled_bytes": int64(s.Throttled), "partition_held": int64(s.PartitionHeld),
+		"partition_reads": int64(s.PartitionReads), "partition_ms": s.PartitionTime.Milliseconds(),
 	}
 	for k, v := range m {
 		if v == 0 {
