@@ -78,6 +78,14 @@ func collectNode(s *Set, st transport.Stats, chans []transport.ChannelStats, o N
 	}
 	s.Gauge("sluice_connections", "Open connections, by who dialed.", float64(dialed), "dir", "dialed")
 	s.Gauge("sluice_connections", "Open connections, by who dialed.", float64(accepted), "dir", "accepted")
+	for _, c := range st.Conns {
+		if c.Dialed || c.Clock == nil {
+			continue // a dialed connection's clock is its peer's
+		}
+		l := []string{"remote_node", c.NodeID, "remote", c.Remote}
+		s.Gauge("sluice_accepted_clock_offset_seconds", "How far the clock of a node that connected to this one is ahead of this node's, estimated from PING round trips.", seconds(c.Clock.Offset), l...)
+		s.Gauge("sluice_accepted_clock_error_seconds", "The bound of sluice_accepted_clock_offset_seconds: half the round trip it comes from.", seconds(c.Clock.Error), l...)
+	}
 
 	type depth struct {
 		unacked, unsent, unackedBytes int
@@ -126,6 +134,10 @@ func collectNode(s *Set, st transport.Stats, chans []transport.ChannelStats, o N
 		s.Gauge("sluice_peer_unacked_messages", "Messages sent or queued to the peer and not yet acknowledged.", float64(d.unacked), l...)
 		s.Gauge("sluice_peer_unsent_messages", "Of the unacknowledged messages, those not yet written.", float64(d.unsent), l...)
 		s.Gauge("sluice_peer_unacked_bytes", "Payload bytes of the unacknowledged messages.", float64(d.unackedBytes), l...)
+		if c := p.Clock; c != nil {
+			s.Gauge("sluice_peer_clock_offset_seconds", "How far the peer's clock is ahead of this node's, estimated from PING round trips.", seconds(c.Offset), l...)
+			s.Gauge("sluice_peer_clock_error_seconds", "The bound of sluice_peer_clock_offset_seconds: half the round trip it comes from.", seconds(c.Error), l...)
+		}
 		if d.rttN > 0 {
 			s.Gauge("sluice_peer_rtt_seconds", "Smoothed AckRequest round trip, averaged over the peer's channels that measured one.", seconds(d.rttSum/time.Duration(d.rttN)), l...)
 		}

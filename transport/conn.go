@@ -60,6 +60,8 @@ type conn struct {
 	state    atomic.Int32
 	openedAt int64
 	lastRecv atomic.Int64
+	lastPing atomic.Int64 // when the last PING was queued
+	clock    clockEstimator
 	remoteID atomic.Uint64
 	compress bool // both sides offered compression; set at handshake
 
@@ -207,7 +209,16 @@ func (c *conn) handshake(b []byte) (off int, open, ok bool) {
 	if c.peer != nil {
 		c.peer.attach(c)
 	}
+	c.ping(c.node.now()) // a first clock sample, and a round trip
 	return s.Consumed, true, true
+}
+
+// ping queues a PING whose token is token (a time of the node's now scale)
+// asking for the peer's clock. Safe for concurrent use.
+func (c *conn) ping(token int64) {
+	c.lastPing.Store(token)
+	v := uint64(token)
+	c.sendCtrl(func(b []byte) []byte { return wire.AppendPing(b, v, wire.PingClock) })
 }
 
 // setLink gives c its link. With faults configured it is wrapped in a

@@ -45,6 +45,8 @@ type Faults struct {
 	// out and nothing it receives is read until the partition heals. The
 	// connections survive it, as TCP connections outlast a short partition
 	// by retransmitting: what was held goes out at the heal, in order.
+	// What arrives meanwhile waits unread in the link's inbound buffer,
+	// bounded by what the peer may send unacknowledged (its windows).
 	PartitionAt, PartitionFor time.Duration
 
 	Seed uint64 // seed of the fault generator

@@ -30,7 +30,10 @@ type Node struct {
 	id    uint64
 	epoch uint64
 	start time.Time
-	log   logger
+	// wallStart is start as nanoseconds since the Unix epoch: Clock's
+	// anchor.
+	wallStart int64
+	log       logger
 
 	server     gnet.Engine
 	serverDone chan error
@@ -84,6 +87,7 @@ func NewNode(opts ...Option) (*Node, error) {
 		o.epoch = uint64(time.Now().UnixNano())
 	}
 	n := &Node{o: o, id: o.nodeID, epoch: o.epoch, start: time.Now(), closed: make(chan struct{})}
+	n.wallStart = n.start.UnixNano()
 	n.log = logger{o.logger}
 	n.mu.peers = make(map[string]*Peer)
 	n.mu.conns = make(map[*conn]struct{})

@@ -43,6 +43,7 @@ type options struct {
 	backend          Backend
 	maxConnsPerAddr  int
 	socketBuffer     int
+	clockOffset      time.Duration
 }
 
 func defaultOptions() options {
@@ -182,6 +183,20 @@ func WithPeerBudget(n int) Option { return func(o *options) { o.peerBudget = n }
 // far below it; a peer that ignores its windows and passes it loses the
 // connection. Default 64 MiB.
 func WithInboundBudget(n int) Option { return func(o *options) { o.inboundBudget = n } }
+
+// WithPingInterval sets how often each side of a connection sends a PING:
+// for clock samples ([ClockOffset]) and to keep the connection alive under
+// [WithIdleTimeout]. A connection also pings once when it opens, and while
+// closed channels' numbers wait to be reused. Default 1 s; 0: no periodic
+// pings.
+func WithPingInterval(d time.Duration) Option { return func(o *options) { o.pingInterval = d } }
+
+// WithClockOffset shifts the node's clock ([Node.Clock]), which its PONGs
+// carry to peers, by d: for tests, which give two nodes on one host the
+// clocks of two hosts whose clocks disagree by d, and check that the
+// peers' [ClockOffset] estimates find d. Default 0; a deployment has no use
+// for it.
+func WithClockOffset(d time.Duration) Option { return func(o *options) { o.clockOffset = d } }
 
 // WithHandshakeTimeout closes connections whose handshake (preface and,
 // with [WithKey], authentication; with [WithTLS], the TLS handshake too) has

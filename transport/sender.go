@@ -304,8 +304,7 @@ func (s *Sender) Close() error {
 		c.mu.Unlock()
 		c.sendCtrl(func(b []byte) []byte { return wire.AppendClose(b, wire.Close{Channel: num}) })
 		if ping != 0 {
-			v := uint64(ping)
-			c.sendCtrl(func(b []byte) []byte { return wire.AppendPing(b, v) })
+			c.ping(ping)
 		}
 	}
 	return nil

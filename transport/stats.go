@@ -83,6 +83,9 @@ type ConnStats struct {
 	Stale      uint64            `json:"stale_dropped"`
 	Duplicates uint64            `json:"duplicates_dropped"`
 	Gaps       uint64            `json:"gap_dropped"`
+	// Clock is the connection's estimate of the remote node's clock, nil
+	// before its first round trip (and in sums).
+	Clock *ClockOffset `json:"clock,omitempty"`
 }
 
 func (s *ConnStats) add(o ConnStats) {
@@ -122,6 +125,7 @@ func (c *conn) snapshot() ConnStats {
 		Duplicates:   c.stats.dupIn.Load(),
 		Gaps:         c.stats.gapIn.Load(),
 		Flushes:      make(map[string]uint64, batch.NumCauses),
+		Clock:        c.clock.estimate(),
 	}
 	for i := range c.stats.flushes {
 		if v := c.stats.flushes[i].Load(); v > 0 {
@@ -221,6 +225,9 @@ type PeerStats struct {
 	// Traffic sums the counters of the peer's connections, open and
 	// closed.
 	Traffic ConnStats `json:"traffic"`
+	// Clock estimates the peer's clock against this node's, from the
+	// connection with the tightest bound; nil before the first round trip.
+	Clock *ClockOffset `json:"clock,omitempty"`
 }
 
 func (p *Peer) stats() PeerStats {
@@ -247,6 +254,9 @@ func (p *Peer) stats() PeerStats {
 	}
 	p.mu.Unlock()
 	s.Traffic.Remote, s.Traffic.Dialed = p.addr, true
+	if c, ok := p.ClockOffset(); ok {
+		s.Clock = &c
+	}
 	return s
 }
 
