@@ -35,6 +35,9 @@ type transportConfig struct {
 	consumeRate float64
 	delivery    string
 	producers   int // 0: auto, see producerCount
+	// shift, when set, is what senders add to the send times they stamp,
+	// to stamp them in the receiver's clock (see clockCorrector).
+	shift *atomic.Int64
 }
 
 func (c *transportConfig) register(fs *flag.FlagSet) {
@@ -396,22 +399,32 @@ func faultMap(stats ...transport.FaultStats) map[string]int64 {
 }
 
 // payloadSource builds payloads: the intended send time, the channel's next
-// sequence number, then filler.
+// sequence number, then filler. Across hosts the send time is stamped in
+// the receiver's clock: shifted by the offset a clockCorrector keeps.
 type payloadSource struct {
-	buf  []byte
-	seqs []uint64
+	buf   []byte
+	seqs  []uint64
+	shift *atomic.Int64 // nil: one clock
 }
 
-func newPayloadSource(size, channels int) *payloadSource {
+func newPayloadSource(size, channels int, shift *atomic.Int64) *payloadSource {
 	b := make([]byte, size)
 	for i := headerLen; i < size; i++ {
 		b[i] = byte('a' + i%26)
 	}
-	return &payloadSource{buf: b, seqs: make([]uint64, channels)}
+	return &payloadSource{buf: b, seqs: make([]uint64, channels), shift: shift}
+}
+
+// sendTime is intended in the receiver's clock.
+func (p *payloadSource) sendTime(intended int64) uint64 {
+	if p.shift != nil {
+		intended += p.shift.Load()
+	}
+	return uint64(intended)
 }
 
 func (p *payloadSource) next(ch int, intended int64) []byte {
-	binary.LittleEndian.PutUint64(p.buf, uint64(intended))
+	binary.LittleEndian.PutUint64(p.buf, p.sendTime(intended))
 	binary.LittleEndian.PutUint64(p.buf[8:], p.seqs[ch])
 	return p.buf
 }
@@ -430,7 +443,7 @@ func (p *payloadSource) newRun(n int) []transport.Message {
 func (p *payloadSource) stamp(run []transport.Message, ch int, intended int64) {
 	for i := range run {
 		run[i].Ts = intended
-		binary.LittleEndian.PutUint64(run[i].Payload, uint64(intended))
+		binary.LittleEndian.PutUint64(run[i].Payload, p.sendTime(intended))
 		binary.LittleEndian.PutUint64(run[i].Payload[8:], p.seqs[ch]+uint64(i))
 	}
 }
@@ -438,7 +451,7 @@ func (p *payloadSource) stamp(run []transport.Message, ch int, intended int64) {
 // sendFixedRate sends message i at its intended time start+i/rate, on
 // channel i mod channels, measuring latency from that time.
 func sendFixedRate(ctx context.Context, cfg transportConfig, senders []*transport.Sender) (int64, error) {
-	src := newPayloadSource(cfg.size, len(senders))
+	src := newPayloadSource(cfg.size, len(senders), cfg.shift)
 	// The driver sleeps on timers and sends what fell due in a burst rather
 	// than spinning: on two cores a spinning driver takes the CPU the
 	// transport's loops need, which shows as latency in what it measures.
@@ -479,7 +492,7 @@ func sendMaxRate(ctx context.Context, cfg transportConfig, senders []*transport.
 			for i := p; i < len(senders); i += producers {
 				mine = append(mine, i)
 			}
-			src := newPayloadSource(cfg.size, len(senders))
+			src := newPayloadSource(cfg.size, len(senders), cfg.shift)
 			run := src.newRun(burst - 1)
 			var n int64
 			defer func() { total.Add(n) }()
