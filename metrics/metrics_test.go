@@ -274,6 +274,9 @@ func TestNodeCollectorExportsWhatTheNodeCounted(t *testing.T) {
 		{"sluice_peer_up", []string{"peer", peer}, 1},
 		{"sluice_peer_connects_total", []string{"peer", peer}, 1},
 		{"sluice_faults_injected_total", []string{"kind", "drop"}, float64(st.Faults.DataDropped)},
+		{"sluice_alerts_total", []string{"kind", "channel_stall"}, float64(st.Alerts.ChannelStalls)},
+		{"sluice_alerts_active", []string{"kind", "slow_consumer"}, float64(st.Alerts.Slow)},
+		{"sluice_peer_slow_consumer", []string{"peer", peer}, 0},
 		{"sluice_channel_sent_messages_total", []string{"channel", chans[0].Name}, float64(n)},
 	} {
 		if v := value(t, m, c.name, c.labels...); v != c.want {

@@ -26,10 +26,11 @@ import (
 // of its target tasks ([Node.Handle]). All methods are safe for concurrent
 // use.
 type Node struct {
-	o     options
-	id    uint64
-	epoch uint64
-	start time.Time
+	o      options
+	id     uint64
+	epoch  uint64
+	start  time.Time
+	health health
 	// wallStart is start as nanoseconds since the Unix epoch: Clock's
 	// anchor.
 	wallStart int64
@@ -88,6 +89,8 @@ func NewNode(opts ...Option) (*Node, error) {
 	}
 	n := &Node{o: o, id: o.nodeID, epoch: o.epoch, start: time.Now(), closed: make(chan struct{})}
 	n.wallStart = n.start.UnixNano()
+	n.health.stalled = make(map[*channel]struct{})
+	n.health.slow = make(map[*Peer]struct{})
 	n.log = logger{o.logger}
 	n.mu.peers = make(map[string]*Peer)
 	n.mu.conns = make(map[*conn]struct{})

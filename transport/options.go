@@ -44,6 +44,8 @@ type options struct {
 	maxConnsPerAddr  int
 	socketBuffer     int
 	clockOffset      time.Duration
+	stallAlert       time.Duration
+	slowAlert        time.Duration
 }
 
 func defaultOptions() options {
@@ -66,6 +68,8 @@ func defaultOptions() options {
 		logger:           slog.New(slog.DiscardHandler),
 		maxConnsPerAddr:  64,
 		socketBuffer:     DefaultSocketBuffer,
+		stallAlert:       DefaultStallAlert,
+		slowAlert:        DefaultSlowConsumerAlert,
 	}
 }
 
@@ -183,6 +187,21 @@ func WithPeerBudget(n int) Option { return func(o *options) { o.peerBudget = n }
 // far below it; a peer that ignores its windows and passes it loses the
 // connection. Default 64 MiB.
 func WithInboundBudget(n int) Option { return func(o *options) { o.inboundBudget = n } }
+
+// WithStallAlert makes the node warn in its log when one of its channels
+// has had messages unacknowledged and its acknowledged progress (the
+// transport's clock of a channel: see health.go) has not advanced for d,
+// and note when it moves again; one line each, counted in [Stats].Alerts.
+// Default [DefaultStallAlert] (10 s, as the engine's global-clock alert);
+// 0: no alert.
+func WithStallAlert(d time.Duration) Option { return func(o *options) { o.stallAlert = d } }
+
+// WithSlowConsumerAlert makes the node warn in its log when, over an
+// interval of d, its senders waited for a peer's credit (its windows or
+// the peer budget full) more than half the time, and note when, over an
+// interval, they waited less than a quarter of it; one line each, counted
+// in [Stats].Alerts. Default [DefaultSlowConsumerAlert] (5 s); 0: no alert.
+func WithSlowConsumerAlert(d time.Duration) Option { return func(o *options) { o.slowAlert = d } }
 
 // WithPingInterval sets how often each side of a connection sends a PING:
 // for clock samples ([ClockOffset]) and to keep the connection alive under
@@ -325,6 +344,10 @@ func (o *options) validate() error {
 		return fmt.Errorf("transport: socket buffers must be >= 0 bytes, got %d", o.socketBuffer)
 	case o.handshakeTimeout <= 0:
 		return fmt.Errorf("transport: handshake timeout must be > 0, got %v", o.handshakeTimeout)
+	case o.stallAlert < 0 || o.slowAlert < 0:
+		return fmt.Errorf("transport: alert times must be >= 0 (0: off), got stall %v and slow consumer %v", o.stallAlert, o.slowAlert)
+	case o.pingInterval < 0:
+		return fmt.Errorf("transport: ping interval must be >= 0 (0: no periodic pings), got %v", o.pingInterval)
 	}
 	if o.tls != nil {
 		o.backend = BackendNet

@@ -45,6 +45,10 @@ type channel struct {
 		closed  bool
 		err     error // why it was closed, if not by Close (a *ChannelError)
 	}
+	// stalled is set while the health check finds the channel stalled;
+	// health is that check's state (timer goroutine only).
+	stalled atomic.Bool
+	health  chanHealth
 	// wakeAt mirrors mu.timerAt for the timer goroutine, which skips, without
 	// taking mu, the deadlines a channel no longer wants (most of them with
 	// many channels: an ack usually answers a request long before its
@@ -242,8 +246,11 @@ func (ch *channel) waitCredit(ctx context.Context, size int) error {
 		retry = t.C
 	}
 	start := p.node.now()
+	p.credit.begin(start)
 	defer func() {
-		d := p.node.now() - start
+		end := p.node.now()
+		p.credit.end(end)
+		d := end - start
 		ch.blocked.Add(d)
 		p.blocked.Add(d)
 	}()

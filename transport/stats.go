@@ -21,6 +21,7 @@ type Stats struct {
 	Peers   []PeerStats  `json:"peers,omitempty"`
 	Faults  FaultStats   `json:"faults"`
 	Refused RefusedStats `json:"refused"`
+	Alerts  AlertStats   `json:"alerts"`
 }
 
 // RefusedStats counts connections the node refused or dropped before they
@@ -155,6 +156,9 @@ type ChannelStats struct {
 	WindowBytes  int                     `json:"window_bytes"`
 	Tracker      lossdetect.TrackerStats `json:"tracker"`
 	Attached     bool                    `json:"attached"`
+	// Stalled says the health check finds the channel stalled (see
+	// [WithStallAlert]).
+	Stalled bool `json:"stalled"`
 }
 
 // Stats returns the node's counters. Safe for concurrent use.
@@ -175,6 +179,7 @@ func (n *Node) Stats() Stats {
 	s.Faults = n.faultN.snapshot()
 	s.Faults.PartitionTime = n.o.faults.partitionTime(n.now())
 	s.Refused = n.sec.snapshot()
+	s.Alerts = n.health.snapshot()
 	for _, p := range n.peers() {
 		s.Peers = append(s.Peers, p.stats())
 	}
@@ -228,6 +233,9 @@ type PeerStats struct {
 	// Clock estimates the peer's clock against this node's, from the
 	// connection with the tightest bound; nil before the first round trip.
 	Clock *ClockOffset `json:"clock,omitempty"`
+	// SlowConsumer says the health check finds the peer a slow consumer
+	// (see [WithSlowConsumerAlert]).
+	SlowConsumer bool `json:"slow_consumer"`
 }
 
 func (p *Peer) stats() PeerStats {
@@ -242,6 +250,7 @@ func (p *Peer) stats() PeerStats {
 		Connects:     p.connects.Load(),
 		Reconnects:   p.reconnects.Load(),
 		DialFailures: p.dialFailures.Load(),
+		SlowConsumer: p.slow.Load(),
 	}
 	p.mu.Lock()
 	s.Traffic = p.mu.gone
@@ -288,6 +297,7 @@ func (ch *channel) stats() ChannelStats {
 		WindowBytes:  f.WindowBytes,
 		Tracker:      f.Tracker,
 		Attached:     attached,
+		Stalled:      ch.stalled.Load(),
 	}
 }
 

@@ -264,6 +264,7 @@ func (t *timers) housekeep(now int64) {
 			c.ping(now)
 		}
 	}
+	n.checkHealth(now)
 	if t.nextReset > 0 && now >= t.nextReset {
 		t.nextReset = now + int64(n.o.faults.Reset)
 		var dialed []*conn
