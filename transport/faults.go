@@ -61,14 +61,15 @@ const BurstTime = 10 * time.Millisecond
 // from the good state to the bad one with probability P and back with
 // probability R at each frame, and lose a frame with probability LossGood in
 // the good state and LossBad in the bad one. Bursts of loss average 1/R
-// frames; the chain spends P/(P+R) of the frames in the bad state. The zero
-// value (P = 0) loses nothing.
+// frames; the chain spends P/(P+R) of the frames in the bad state. A model
+// that neither leaves the good state (P = 0) nor loses in it (LossGood = 0)
+// loses nothing, and ParseFaults reads it as the zero value.
 type GilbertElliott struct {
 	P, R              float64
 	LossBad, LossGood float64
 }
 
-func (g GilbertElliott) enabled() bool { return g.P > 0 }
+func (g GilbertElliott) enabled() bool { return g.P > 0 || g.LossGood > 0 }
 
 // Enabled reports whether any fault is configured.
 func (f Faults) Enabled() bool { return f.Reset > 0 || f.framed() }
@@ -84,7 +85,7 @@ func (f Faults) validate() error {
 		name string
 		v    float64
 	}{{"drop", f.Drop}, {"ctrldrop", f.CtrlDrop}, {"dup", f.Dup}} {
-		if p.v < 0 || p.v >= 1 {
+		if !(p.v >= 0 && p.v < 1) { // NaN too
 			return fmt.Errorf("transport: fault %s=%v must be a probability in [0, 1)", p.name, p.v)
 		}
 	}
@@ -92,11 +93,11 @@ func (f Faults) validate() error {
 		name string
 		v    float64
 	}{{"p", f.GE.P}, {"r", f.GE.R}, {"loss in the bad state", f.GE.LossBad}, {"loss in the good state", f.GE.LossGood}} {
-		if p.v < 0 || p.v > 1 {
+		if !(p.v >= 0 && p.v <= 1) {
 			return fmt.Errorf("transport: fault ge: %s=%v must be a probability in [0, 1]", p.name, p.v)
 		}
 	}
-	if f.GE.enabled() && f.GE.R == 0 {
+	if f.GE.P > 0 && f.GE.R == 0 {
 		return errors.New("transport: fault ge: r=0 would never leave the bad state")
 	}
 	for _, d := range []struct {
@@ -187,7 +188,7 @@ func parseRate(v string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a rate in bytes per second (like 10MB or 512KiB)", v)
 	}
 	r := x * mult
-	if r < 1 || r > math.MaxInt64/2 {
+	if !(r >= 1 && r <= math.MaxInt64/2) {
 		return 0, fmt.Errorf("%q: a rate must be at least 1 byte per second", v)
 	}
 	return int64(r), nil
@@ -204,8 +205,15 @@ func parseGE(v string) (GilbertElliott, error) {
 		if x[i], err = strconv.ParseFloat(p, 64); err != nil {
 			return GilbertElliott{}, fmt.Errorf("%q is not P:R[:LOSSBAD[:LOSSGOOD]]: %w", v, err)
 		}
+		if !(x[i] >= 0 && x[i] <= 1) {
+			return GilbertElliott{}, fmt.Errorf("%q: %v is not a probability in [0, 1]", v, x[i])
+		}
 	}
-	return GilbertElliott{P: x[0], R: x[1], LossBad: x[2], LossGood: x[3]}, nil
+	g := GilbertElliott{P: x[0], R: x[1], LossBad: x[2], LossGood: x[3]}
+	if !g.enabled() {
+		return GilbertElliott{}, nil
+	}
+	return g, nil
 }
 
 func parsePartition(v string) (length, at time.Duration, err error) {

@@ -137,6 +137,7 @@ func TestParseFaultsRefusesBadFaults(t *testing.T) {
 		"delay", "delay=fast", "delay=-1ms", "jitter=-1ms", "bw=lots", "bw=0", "bw=-5MB", "bw=10XB",
 		"ge=0.1", "ge=0.1:0.2:0.3:0.4:0.5", "ge=0.1:x", "ge=1.5:0.5", "ge=0.1:0", "ge=0.1:0.2:-1",
 		"partition=3s", "partition=3s@", "partition=0s@1s", "partition=x@1s", "partition=1s@-1s", "drop=1",
+		"drop=NaN", "ge=NaN:0.5", "bw=NaN", "bw=+InfMB",
 	} {
 		if _, _, err := ParseFaults(s, 0); err == nil {
 			t.Errorf("ParseFaults(%q) accepted it", s)
@@ -374,4 +375,26 @@ func TestAPartitionHoldsEverythingUntilItHeals(t *testing.T) {
 	if s := c.n.snapshot(); s.PartitionHeld != uint64(len(types)) || s.PartitionReads != 1 {
 		t.Errorf("counters %+v; want %d frames held and one read put off", s, len(types))
 	}
+}
+
+// Any fault string ParseFaults accepts is written back by String as one it
+// reads to the same faults; nothing it is given panics it.
+func FuzzParseFaults(f *testing.F) {
+	for _, s := range []string{
+		"", "drop=0.05,ctrldrop=0.05,dup=0.01,reset=2s", "delay=2ms,jitter=1ms,bw=10MB,partition=3s@5s",
+		"ge=0.01:0.3:0.5", "ge=0.1:0.2", "bw=512KiB/s", "crash=1s,kill=3s,drop=0.02", "partition=1s@0s",
+		"drop=x", "bw=", "ge=::", "partition=@", "=", ",", "delay=-1s",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, rest, err := ParseFaults(s, 3)
+		if err != nil {
+			return
+		}
+		back, rest2, err := ParseFaults(got.String(), 3)
+		if err != nil || back != got || len(rest2) != 0 {
+			t.Fatalf("%q parsed as %+v (rest %q), written as %q, read back as %+v, %q, %v", s, got, rest, got.String(), back, rest2, err)
+		}
+	})
 }
