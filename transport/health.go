@@ -78,10 +78,26 @@ func (n *Node) checkHealth(now int64) {
 		return
 	}
 	h.next = now + int64(n.checkEvery())
-	seenCh := make(map[*channel]struct{}, len(h.stalled))
-	seenP := make(map[*Peer]struct{}, len(h.slow))
+	// Channels closed and peers gone while alerting clear with them.
+	for ch := range h.stalled {
+		ch.mu.Lock()
+		closed := ch.mu.closed
+		ch.mu.Unlock()
+		if closed {
+			n.clearStall(ch, now, "the channel closed")
+		}
+	}
+	for p := range h.slow {
+		p.mu.Lock()
+		closed := p.mu.closed
+		p.mu.Unlock()
+		if closed {
+			p.slow.Store(false)
+			delete(h.slow, p)
+			h.nSlow.Add(-1)
+		}
+	}
 	for _, p := range n.peers() {
-		seenP[p] = struct{}{}
 		if n.o.slowAlert > 0 {
 			n.checkSlow(p, now)
 		}
@@ -95,21 +111,7 @@ func (n *Node) checkHealth(now int64) {
 		}
 		p.mu.Unlock()
 		for _, ch := range chans {
-			seenCh[ch] = struct{}{}
 			n.checkStall(ch, now)
-		}
-	}
-	// Channels closed and peers gone while alerting: cleared with them.
-	for ch := range h.stalled {
-		if _, ok := seenCh[ch]; !ok {
-			n.clearStall(ch, now, "closed")
-		}
-	}
-	for p := range h.slow {
-		if _, ok := seenP[p]; !ok {
-			delete(h.slow, p)
-			h.nSlow.Add(-1)
-			p.slow.Store(false)
 		}
 	}
 }
@@ -122,11 +124,14 @@ func (n *Node) checkStall(ch *channel, now int64) {
 	closed := ch.mu.closed
 	ch.mu.Unlock()
 	hs := &ch.health
-	if acked != hs.acked || acked == next || closed {
-		hs.acked, hs.since = acked, now
+	if closed {
+		return // cleared above, if it was stalled
+	}
+	if acked != hs.acked || acked == next {
 		if ch.stalled.Load() {
 			n.clearStall(ch, now, "")
 		}
+		hs.acked, hs.since = acked, now
 		return
 	}
 	if hs.since == 0 {

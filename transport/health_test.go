@@ -189,3 +189,48 @@ func TestAlertOptionsMustNotBeNegative(t *testing.T) {
 		}
 	}
 }
+
+// A stalled channel that is closed clears its alert, saying so, and the
+// clearing line says how long the stall lasted.
+func TestClosingAStalledChannelClearsItsAlert(t *testing.T) {
+	const alert = 100 * time.Millisecond
+	logs := &logRecorder{}
+	rx, tx, p := newPair(t, nil, []Option{WithLogger(slog.New(logs)), WithStallAlert(alert), WithSlowConsumerAlert(0)})
+	gate := make(chan struct{})
+	defer close(gate)
+	rx.HandleAll(func(taskid.ID) Handler {
+		return func(taskid.Channel, uint64, []Message) { <-gate }
+	})
+	ctx := ctxT(t, 30*time.Second)
+	start := time.Now() // before the channel exists, so before its stall began
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 10 {
+		if err := s.TrySend(int64(k), payload(uint64(k), 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the stall", func() bool { return tx.Stats().Alerts.Stalled == 1 })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the stall to clear", func() bool { return tx.Stats().Alerts.Stalled == 0 })
+	lasted := time.Since(start)
+	if n := logs.count("INFO", "channel stall cleared: the channel closed"); n != 1 {
+		t.Fatalf("%d clearing lines for the closed channel, want 1:\n%s", n, logs)
+	}
+	var after time.Duration
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if _, a, ok := strings.Cut(line, "after="); ok && strings.Contains(line, "cleared") {
+			after, _ = time.ParseDuration(a)
+		}
+	}
+	if after < alert || after > lasted {
+		t.Errorf("the stall is said to have lasted %v; it began at least %v before it was seen and ended within %v", after, alert, lasted)
+	}
+	if a := tx.Stats().Alerts; a.ChannelStalls != 1 || a.SlowConsumers != 0 {
+		t.Errorf("alerts %+v, want one stall and no slow consumer (that alert is off)", a)
+	}
+}
