@@ -300,10 +300,12 @@ type FaultStats struct {
 	// starts, [Faults.PartitionFor] once it healed.
 	PartitionTime time.Duration `json:"partition_ns"`
 	// HeldMax is the most bytes one connection's fault link held at once
-	// (delayed, throttled or partitioned), a bound kept by back-pressure:
-	// the held bytes count as the link's unwritten bytes, so the
-	// connection writes no more batches while [batch.Config.MaxInflight]
-	// batches' worth are held.
+	// (delayed, throttled or partitioned). Two bounds keep it: frames that
+	// have not left (throttled, partitioned) count as the link's unwritten
+	// bytes, so the connection writes no more batches while
+	// [batch.Config.MaxInflight] batches' worth wait; frames on the wire
+	// (delayed) are messages not yet acknowledged, which the channels'
+	// windows and the peer budget bound.
 	HeldMax uint64 `json:"held_max_bytes"`
 }
 
@@ -364,9 +366,10 @@ type faultModel struct {
 	rng *rand.Rand
 	n   *faultCounters
 
-	geBad bool  // the Gilbert-Elliott chain is in its bad state
-	tat   int64 // the bandwidth cap's theoretical arrival time (GCRA)
-	last  int64 // when the previous frame goes out: none overtakes it
+	geBad    bool  // the Gilbert-Elliott chain is in its bad state
+	tat      int64 // the bandwidth cap's theoretical arrival time (GCRA)
+	lastSend int64 // when the previous frame left: none overtakes it
+	last     int64 // when the previous frame arrives: none overtakes it
 	// partStart and partEnd bound the partition in node time (0, 0: none).
 	partStart, partEnd int64
 }
@@ -385,20 +388,40 @@ func newFaultModel(f Faults, stream uint64, n *faultCounters) *faultModel {
 }
 
 // fate returns how many copies of a frame of type t and size bytes,
-// written at now, go out, and when (node time; at <= now: at once).
-func (m *faultModel) fate(now int64, t wire.FrameType, size int) (copies int, at int64) {
+// written at now, go out; when they leave this node (sendAt: the bandwidth
+// cap and the partition hold them back); and when they arrive, to be
+// written to the socket (at, after the delay). Times are node times; at <=
+// now means at once. Frames leave in the order written and arrive in that
+// order, as TCP's bytes do.
+func (m *faultModel) fate(now int64, t wire.FrameType, size int) (copies int, sendAt, at int64) {
 	copies = 1
 	switch t {
 	case wire.FrameData, wire.FrameAckRequest, wire.FrameAck, wire.FramePing, wire.FramePong:
 		if m.lost(t) {
-			return 0, 0
+			return 0, 0, 0
 		}
 		if m.f.Dup > 0 && m.rng.Float64() < m.f.Dup {
 			m.n.duplicated.Add(1)
 			copies = 2
 		}
 	}
-	at = now
+	partitioned := false
+	sendAt = max(now, m.lastSend)
+	if (now >= m.partStart && now < m.partEnd) || (sendAt >= m.partStart && sendAt < m.partEnd) {
+		sendAt, partitioned = max(sendAt, m.partEnd), true
+	}
+	if r := m.f.Bandwidth; r > 0 {
+		// GCRA, the token bucket as a schedule: a frame may leave once the
+		// bucket's theoretical arrival time is at most BurstTime ahead.
+		bytes := int64(size * copies)
+		if free := m.tat - int64(BurstTime); sendAt < free {
+			sendAt = free
+			m.n.throttled.Add(uint64(bytes))
+		}
+		m.tat = max(m.tat, sendAt) + int64(float64(bytes)*1e9/float64(r))
+	}
+	m.lastSend = sendAt
+	at = sendAt
 	if m.f.Delay > 0 || m.f.Jitter > 0 {
 		d := int64(m.f.Delay)
 		if j := int64(m.f.Jitter); j > 0 {
@@ -410,22 +433,16 @@ func (m *faultModel) fate(now int64, t wire.FrameType, size int) (copies int, at
 		}
 	}
 	if at >= m.partStart && at < m.partEnd {
-		at = m.partEnd
+		// On the wire when the partition began: it arrives at the heal,
+		// as TCP's retransmission would bring it.
+		at, partitioned = m.partEnd, true
+	}
+	if partitioned {
 		m.n.partitionHeld.Add(1)
 	}
 	at = max(at, m.last)
-	if r := m.f.Bandwidth; r > 0 {
-		// GCRA, the token bucket as a schedule: a frame may go out once the
-		// bucket's theoretical arrival time is at most BurstTime ahead.
-		bytes := int64(size * copies)
-		if free := m.tat - int64(BurstTime); at < free {
-			at = free
-			m.n.throttled.Add(uint64(bytes))
-		}
-		m.tat = max(m.tat, at) + int64(float64(bytes)*1e9/float64(r))
-	}
 	m.last = at
-	return copies, at
+	return copies, sendAt, at
 }
 
 // lost decides whether a lossy frame of type t is dropped: by Drop or
@@ -476,11 +493,14 @@ func (m *faultModel) partitionEnd(now int64) int64 {
 //
 // Frames the model holds for later wait in held, in order, and a timer
 // makes the loop write them when they are due (Execute: the timer runs on
-// no loop). Held bytes count in OutboundBuffered, so the conn's batch
-// policy writes no more while MaxInflight batches' worth are held: delay
-// and bandwidth back-pressure the senders through their windows instead of
-// queueing here. During a partition Peek shows none of the inbound bytes
-// and the loop reads them when it heals (onHeal).
+// no loop). Those that have not left this node (the bandwidth cap or a
+// partition holds them) count in OutboundBuffered, as a socket buffer's
+// bytes would, so the conn's batch policy writes no more while
+// MaxInflight batches' worth wait, and the senders are back-pressured
+// through their windows instead of queueing here. Those delayed after
+// leaving are on the wire, as on a long link: the windows bound them (what
+// is on the wire is unacknowledged). During a partition Peek shows none of
+// the inbound bytes and the loop reads them when it heals (onHeal).
 type faultLink struct {
 	link
 	model *faultModel
@@ -535,7 +555,12 @@ func (l *faultLink) heal() {
 	l.onHeal()
 }
 
-func (l *faultLink) OutboundBuffered() int { return l.link.OutboundBuffered() + l.held.bytes() }
+// OutboundBuffered counts the held frames that have not left this node
+// (throttled or partitioned) as unwritten, as a socket buffer would hold
+// them; delayed frames that left are on the wire.
+func (l *faultLink) OutboundBuffered() int {
+	return l.link.OutboundBuffered() + l.held.unsentBytes(l.now())
+}
 
 func (l *faultLink) Write(b []byte) (int, error) {
 	if !l.armed {
@@ -564,16 +589,16 @@ func (l *faultLink) Writev(bs [][]byte) (int, error) {
 				if l.held.empty() {
 					iov = append(iov, b)
 				} else {
-					l.held.push(l.model.last, b)
+					l.held.push(l.model.lastSend, l.model.last, b)
 				}
 				break
 			}
-			copies, at := l.model.fate(now, h.Type, n)
+			copies, sendAt, at := l.model.fate(now, h.Type, n)
 			for range copies {
 				if at <= now && l.held.empty() {
 					iov = append(iov, b[:n])
 				} else {
-					l.held.push(at, b[:n])
+					l.held.push(sendAt, at, b[:n])
 				}
 			}
 			b = b[n:]
@@ -629,18 +654,23 @@ func (l *faultLink) armTimer(now int64) {
 	l.timer.Reset(time.Duration(max(at-now, 0)))
 }
 
-// heldFrames is a FIFO of frames with the time each may go out, their bytes
-// kept back to back in one buffer, so that the frames due form one slice.
+// heldFrames is a FIFO of frames with the times each leaves this node and
+// may be written, their bytes kept back to back in one buffer, so that the
+// frames due form one slice. Both times grow along the queue.
 type heldFrames struct {
 	buf  []byte
 	off  int // buf[off:] is held
 	q    []heldFrame
 	head int
+	// sent indexes the first frame that has not left at the last look;
+	// unsent is the bytes of the frames from it on.
+	sent   int
+	unsent int
 }
 
 type heldFrame struct {
-	at int64
-	n  int
+	sendAt, at int64
+	n          int
 }
 
 // heldKeepCap is the buffer capacity kept once it empties.
@@ -650,21 +680,33 @@ func (h *heldFrames) empty() bool   { return h.head == len(h.q) }
 func (h *heldFrames) bytes() int    { return len(h.buf) - h.off }
 func (h *heldFrames) nextAt() int64 { return h.q[h.head].at }
 
-func (h *heldFrames) push(at int64, b []byte) {
+// unsentBytes returns the bytes of the frames that have not left at now.
+func (h *heldFrames) unsentBytes(now int64) int {
+	for h.sent < len(h.q) && h.q[h.sent].sendAt <= now {
+		h.unsent -= h.q[h.sent].n
+		h.sent++
+	}
+	return h.unsent
+}
+
+func (h *heldFrames) push(sendAt, at int64, b []byte) {
 	if h.off > 0 && h.off >= len(h.buf)/2 {
 		// Compact, now that what popDue returned has been written.
 		h.buf = h.buf[:copy(h.buf, h.buf[h.off:])]
 		h.off = 0
 		h.q = h.q[:copy(h.q, h.q[h.head:])]
+		h.sent -= h.head
 		h.head = 0
 	}
 	h.buf = append(h.buf, b...)
-	h.q = append(h.q, heldFrame{at, len(b)})
+	h.q = append(h.q, heldFrame{sendAt, at, len(b)})
+	h.unsent += len(b)
 }
 
 // popDue removes the frames due at now and returns their bytes, valid
 // until the next push.
 func (h *heldFrames) popDue(now int64) []byte {
+	h.unsentBytes(now) // the frames due have left: sent is past them
 	start, n := h.off, 0
 	for h.head < len(h.q) && h.q[h.head].at <= now {
 		n += h.q[h.head].n
@@ -676,7 +718,7 @@ func (h *heldFrames) popDue(now int64) []byte {
 	h.off += n
 	out := h.buf[start:h.off]
 	if h.empty() {
-		h.q, h.head, h.off = h.q[:0], 0, 0
+		h.q, h.head, h.off, h.sent = h.q[:0], 0, 0, 0
 		if cap(h.buf) > heldKeepCap {
 			h.buf = nil // out keeps the old array until it is written
 		} else {

@@ -221,8 +221,8 @@ func (c *clockLink) checkInOrder(n int) {
 
 // Delayed frames come out no sooner than Delay-Jitter after they were
 // written and no later than Delay+Jitter after (or after the frame before
-// them), all in order, and the held bytes count as the link's unwritten
-// bytes.
+// them), all in order; they are on the wire, not unwritten, as a real
+// link's would be.
 func TestDelayedFramesComeOutLateAndInOrder(t *testing.T) {
 	const delay, jitter = int64(2 * time.Millisecond), int64(time.Millisecond)
 	c := newClockLink(t, Faults{Delay: time.Duration(delay), Jitter: time.Duration(jitter), Seed: 3})
@@ -232,11 +232,14 @@ func TestDelayedFramesComeOutLateAndInOrder(t *testing.T) {
 		c.now = int64(i) * step
 		written[i] = c.now
 		c.write(wire.FrameData, i, 10)
-		if i == 0 && c.l.OutboundBuffered() != wire.HeaderLen+10 {
-			t.Errorf("one 10-byte frame held, OutboundBuffered %d", c.l.OutboundBuffered())
+		if c.l.held.empty() {
+			t.Fatalf("frame %d was not held", i)
+		}
+		if b := c.l.OutboundBuffered(); b != 0 {
+			t.Fatalf("%d delayed bytes count as unwritten", b)
 		}
 	}
-	for now := c.now; c.l.OutboundBuffered() > 0; now += step / 10 {
+	for now := c.now; !c.l.held.empty(); now += step / 10 {
 		c.advance(now)
 	}
 	c.checkInOrder(frames)
@@ -264,7 +267,8 @@ func TestDelayedFramesComeOutLateAndInOrder(t *testing.T) {
 
 // Under a bandwidth cap the bytes out by any time are at most the rate's
 // worth plus the bucket's burst (and the frame in progress); everything
-// comes out in order, and the bytes held back are counted.
+// comes out in order, and the bytes held back are counted, and count as
+// unwritten until they leave.
 func TestTheBandwidthCapPacesBytesOut(t *testing.T) {
 	const rate = 1_000_000 // 1 MB/s: 1 byte per µs
 	c := newClockLink(t, Faults{Bandwidth: rate, Seed: 1})
@@ -272,13 +276,16 @@ func TestTheBandwidthCapPacesBytesOut(t *testing.T) {
 	for i := range frames {
 		c.write(wire.FrameData, i, size)
 	}
-	if c.l.OutboundBuffered() == 0 {
-		t.Fatal("nothing held back")
+	if b := c.l.OutboundBuffered(); b == 0 || b != c.l.held.bytes() {
+		t.Fatalf("%d bytes unwritten, %d held: want all the held bytes unwritten", b, c.l.held.bytes())
 	}
 	frame := int64(wire.HeaderLen + size)
 	burst := int64(rate) * int64(BurstTime) / int64(time.Second)
-	for now := int64(0); c.l.OutboundBuffered() > 0; now += int64(time.Millisecond) {
+	for now := int64(0); !c.l.held.empty(); now += int64(time.Millisecond) {
 		c.advance(now)
+		if b := c.l.OutboundBuffered(); b != c.l.held.bytes() {
+			t.Fatalf("at %v: %d bytes unwritten, %d held: without a delay every held frame is unwritten", time.Duration(now), b, c.l.held.bytes())
+		}
 		allowed := int64(rate)*now/int64(time.Second) + burst + frame
 		if out := int64(len(c.rec.wrote)); out > allowed {
 			t.Fatalf("at %v: %d bytes out, the cap allows %d", time.Duration(now), out, allowed)
@@ -304,7 +311,7 @@ func TestGilbertElliottLosesInBursts(t *testing.T) {
 		m := newFaultModel(f, 1, n)
 		runs, in := 0, false
 		for range frames {
-			k, _ := m.fate(0, wire.FrameData, 100)
+			k, _, _ := m.fate(0, wire.FrameData, 100)
 			if k == 0 {
 				lost++
 				if !in {

@@ -29,20 +29,30 @@ func testDelayBandwidthAndBurstLoss(t *testing.T, be []Option) {
 	rx.HandleAll(col.handler)
 	sendAll(t, ctxT(t, 60*time.Second), p, 8, 5000, 100)
 	col.check(t, 8*5000)
+	// The bound below assumes the default windows.
+	if w := tx.o.window; w.MaxBytes != DefaultWindowBytes {
+		t.Fatalf("window of %d bytes", w.MaxBytes)
+	}
 
 	fs, rs := tx.Stats().Faults, rx.Stats().Faults
 	if fs.Delayed == 0 || rs.Delayed == 0 || fs.Throttled == 0 || fs.GEDropped+rs.GEDropped == 0 {
 		t.Errorf("faults injected %+v at the source, %+v at the target; want delays both ways, throttling and burst loss", fs, rs)
 	}
-	// A connection writes a batch while fewer than MaxInflight batches'
-	// worth are unwritten (held bytes count as unwritten), and a batch is at
-	// most MaxBatchBytes of DATA with its control frames.
-	bound := uint64((batch.DefaultMaxInflight + 1) * batch.DefaultMaxBatchBytes)
+	// What a fault link holds is bounded twice over. Frames the bandwidth
+	// cap holds back count as unwritten, and a connection writes a batch
+	// only while fewer than MaxInflight batches' worth are (a batch being
+	// at most MaxBatchBytes of DATA with its control frames). Frames
+	// delayed are on the wire, and the channels' windows bound what is
+	// unacknowledged: at most a window's payload per channel, framed in
+	// runs of a few bytes per message.
+	const channels = 8
+	bound := uint64((batch.DefaultMaxInflight+1)*batch.DefaultMaxBatchBytes + channels*DefaultWindowBytes*11/10)
 	for _, s := range []FaultStats{fs, rs} {
 		if s.HeldMax == 0 || s.HeldMax > bound {
 			t.Errorf("a fault link held %d bytes at most; want some, and at most %d", s.HeldMax, bound)
 		}
 	}
+	t.Logf("held at most %d bytes at the source, %d at the target (bound %d)", fs.HeldMax, rs.HeldMax, bound)
 }
 
 // A partition stops traffic both ways for its whole length, whichever node
@@ -141,5 +151,23 @@ func testAPartitionStopsTraffic(t *testing.T, be []Option, atReceiver bool) {
 	ps := tx.Stats().Peers[0]
 	if ps.Connects != 1 || ps.Reconnects != 0 {
 		t.Errorf("the peer connected %d times, reconnected %d: the connection did not survive the partition", ps.Connects, ps.Reconnects)
+	}
+}
+
+// A delay alone does not hold the sender back: its frames are on the wire,
+// and what bounds them is the channel's window, which the sender fills in
+// each round trip and never overruns.
+func TestDelayedFramesAreBoundedByTheWindow(t *testing.T) {
+	const msgs, size = 256, 100
+	rx, tx, p := newPair(t, nil, []Option{WithWindow(msgs, 64<<10), WithFaults(Faults{Delay: 20 * time.Millisecond, Seed: 1})})
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	sendAll(t, ctxT(t, 60*time.Second), p, 1, 3000, size)
+	col.check(t, 3000)
+	// A full window's messages (2 bytes of framing each, a run header, a
+	// frame header) and its ack requests.
+	window := uint64(msgs*(size+2) + 1024)
+	if h := tx.Stats().Faults.HeldMax; h > window || h < window/2 {
+		t.Errorf("the fault link held %d bytes at most; the window holds %d: want it filled (more than half) and not overrun", h, window)
 	}
 }
