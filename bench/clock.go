@@ -12,6 +12,12 @@ var epoch = time.Now()
 
 var epochUnixNano = epoch.UnixNano()
 
+// SetClockOffset shifts [Now] by d, as if this host's wall clock were off
+// by d: for tests of the correction of latencies across hosts, which give a
+// process the clock of a host whose clock is wrong. It must be called
+// before anything reads the clock (it is not synchronised with Now).
+func SetClockOffset(d time.Duration) { epochUnixNano = epoch.UnixNano() + int64(d) }
+
 // Now returns the current time in nanoseconds since the Unix epoch, advanced
 // by the monotonic clock: it never jumps when the wall clock is stepped, and
 // it is comparable between processes on one host to within the wall clock's

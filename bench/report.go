@@ -38,6 +38,10 @@ type Report struct {
 	ThroughputBytesPerS float64 `json:"throughput_bytes_per_s"`
 
 	LatencyUS Latency `json:"latency_us"`
+	// Clock says how one-way latencies between hosts were corrected for
+	// their clocks' disagreement; nil where sender and receiver read one
+	// clock (one host).
+	Clock *ClockCorrection `json:"clock_correction,omitempty"`
 
 	// WireBytes is what crossed the sockets, framing included.
 	WireBytes       int64   `json:"wire_bytes"`
@@ -61,6 +65,63 @@ type Report struct {
 	// Events lists the faults injected, with their times, for charts.
 	Events []Event  `json:"events,omitempty"`
 	Notes  []string `json:"notes,omitempty"`
+}
+
+// ClockCorrection describes how the latencies of a run across hosts were
+// corrected for the offset between the sender's and the receiver's clocks.
+type ClockCorrection struct {
+	// Method is "ping": each sender estimated how far its receiver's
+	// clock was ahead of its own from the transport's PING round trips
+	// (NTP-style, the shortest of recent round trips) and stamped its send
+	// times in the receiver's clock; or "none": the hosts' clocks were
+	// trusted as they were.
+	Method string `json:"method"`
+	// MinOffsetNS and MaxOffsetNS bound the offsets applied (receiver's
+	// clock minus sender's), over the run and every sender.
+	MinOffsetNS int64 `json:"min_offset_ns"`
+	MaxOffsetNS int64 `json:"max_offset_ns"`
+	// ErrorNS is the largest error bound of the estimates applied (half
+	// the round trip each came from): every latency is right to within it.
+	ErrorNS int64 `json:"error_ns"`
+	// Samples is the fewest round trips any applied estimate came from.
+	Samples uint64 `json:"samples"`
+}
+
+// Merge widens c to cover o too, for a report merged from several senders.
+// A nil c takes o.
+func (c *ClockCorrection) Merge(o *ClockCorrection) *ClockCorrection {
+	if o == nil {
+		return c
+	}
+	if c == nil {
+		m := *o
+		return &m
+	}
+	if c.Method != o.Method {
+		c.Method = "mixed"
+	}
+	c.MinOffsetNS, c.MaxOffsetNS = min(c.MinOffsetNS, o.MinOffsetNS), max(c.MaxOffsetNS, o.MaxOffsetNS)
+	c.ErrorNS, c.Samples = max(c.ErrorNS, o.ErrorNS), min(c.Samples, o.Samples)
+	return c
+}
+
+// String states the correction in a sentence, for reports.
+func (c *ClockCorrection) String() string {
+	if c == nil {
+		return "latency is measured against one clock"
+	}
+	switch c.Method {
+	case "none":
+		return "latency is one-way across hosts, uncorrected: it is only as good as the hosts' clock synchronisation"
+	case "ping":
+		off := time.Duration(c.MinOffsetNS).String()
+		if c.MaxOffsetNS != c.MinOffsetNS {
+			off += " to " + time.Duration(c.MaxOffsetNS).String()
+		}
+		return fmt.Sprintf("latency is one-way across hosts, corrected for the clocks: the receiver's clock was estimated %s ahead of the sender's from PING round trips (at least %d each), so each latency is right to within ±%v",
+			off, c.Samples, time.Duration(c.ErrorNS))
+	}
+	return "latency is one-way across hosts, corrected by " + c.Method
 }
 
 // Sample is one second of a run, as [Progress] saw it.
@@ -181,6 +242,9 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	l := r.LatencyUS
 	row("latency p50 / p90 / p99", fmt.Sprintf("%s / %s / %s", duration(l.P50), duration(l.P90), duration(l.P99)))
 	row("latency p99.9 / p99.99 / max", fmt.Sprintf("%s / %s / %s", duration(l.P999), duration(l.P9999), duration(l.Max)))
+	if r.Clock != nil {
+		row("latency clock", mdEscape(r.Clock.String()))
+	}
 	row("wire bytes", fmt.Sprintf("%s (%s per message)", grouped(r.WireBytes), sig3(r.WireBytesPerMsg)))
 	row("recoveries", grouped(r.Recoveries))
 	row("checkpoints", grouped(r.Checkpoints))

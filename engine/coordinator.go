@@ -251,16 +251,8 @@ func (c *Coordinator) bank(i int) {
 	c.mu.banked.Late += l.Late
 	c.mu.banked.Filtered += l.Filtered
 	c.mu.banked.WireBytes += l.WireBytes
-	c.mu.bankF = addFaults(c.mu.bankF, f)
+	c.mu.bankF = c.mu.bankF.Add(f)
 	c.mu.last[i], c.mu.faults[i] = ClockReply{}, transport.FaultStats{}
-}
-
-func addFaults(a, b transport.FaultStats) transport.FaultStats {
-	a.DataDropped += b.DataDropped
-	a.CtrlDropped += b.CtrlDropped
-	a.Duplicated += b.Duplicated
-	a.Resets += b.Resets
-	return a
 }
 
 func (c *Coordinator) totals(res *Result) {
@@ -272,7 +264,7 @@ func (c *Coordinator) totals(res *Result) {
 		t.Late += c.mu.last[i].Late
 		t.Filtered += c.mu.last[i].Filtered
 		t.WireBytes += c.mu.last[i].WireBytes
-		f = addFaults(f, c.mu.faults[i])
+		f = f.Add(c.mu.faults[i])
 	}
 	res.Crashes, res.Late, res.Filtered, res.Transport = t.Crashes, t.Late, t.Filtered, f
 	res.WireBytes = t.WireBytes

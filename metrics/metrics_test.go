@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -193,7 +194,8 @@ next:
 // loss between two nodes, then scrapes the sender over HTTP: every family
 // says what the node's Stats say, summed independently here.
 func TestNodeCollectorExportsWhatTheNodeCounted(t *testing.T) {
-	rx, err := transport.NewNode(transport.WithListen("127.0.0.1:0"))
+	const ahead = 2 * time.Second // the receiver's clock, as if it were wrong
+	rx, err := transport.NewNode(transport.WithListen("127.0.0.1:0"), transport.WithClockOffset(ahead))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +274,9 @@ func TestNodeCollectorExportsWhatTheNodeCounted(t *testing.T) {
 		{"sluice_peer_up", []string{"peer", peer}, 1},
 		{"sluice_peer_connects_total", []string{"peer", peer}, 1},
 		{"sluice_faults_injected_total", []string{"kind", "drop"}, float64(st.Faults.DataDropped)},
+		{"sluice_alerts_total", []string{"kind", "channel_stall"}, float64(st.Alerts.ChannelStalls)},
+		{"sluice_alerts_active", []string{"kind", "slow_consumer"}, float64(st.Alerts.Slow)},
+		{"sluice_peer_slow_consumer", []string{"peer", peer}, 0},
 		{"sluice_channel_sent_messages_total", []string{"channel", chans[0].Name}, float64(n)},
 	} {
 		if v := value(t, m, c.name, c.labels...); v != c.want {
@@ -286,6 +291,17 @@ func TestNodeCollectorExportsWhatTheNodeCounted(t *testing.T) {
 	}
 	if in < float64(channels*n) {
 		t.Errorf("sluice_messages_received_total sums to %v, want at least %d", in, channels*n)
+	}
+	// The connection pinged when it opened: both sides have a clock
+	// estimate, within its bound of the true offset.
+	off, bound := value(t, m, "sluice_peer_clock_offset_seconds", "peer", peer), value(t, m, "sluice_peer_clock_error_seconds", "peer", peer)
+	if math.Abs(off-ahead.Seconds()) > bound+1e-6 {
+		t.Errorf("sluice_peer_clock_offset_seconds %v ± %v, the receiver's clock is %v ahead", off, bound, ahead)
+	}
+	off = value(t, m, "sluice_accepted_clock_offset_seconds", "remote_node", fmt.Sprintf("%x", tx.ID()))
+	bound = value(t, m, "sluice_accepted_clock_error_seconds", "remote_node", fmt.Sprintf("%x", tx.ID()))
+	if math.Abs(off+ahead.Seconds()) > bound+1e-6 {
+		t.Errorf("sluice_accepted_clock_offset_seconds %v ± %v, the sender's clock is %v behind", off, bound, ahead)
 	}
 	if m["sluice_peer_messages_sent_total"].Type != Counter || m["sluice_peer_unacked_messages"].Type != Gauge {
 		t.Errorf("types %q and %q", m["sluice_peer_messages_sent_total"].Type, m["sluice_peer_unacked_messages"].Type)

@@ -12,7 +12,7 @@ import (
 // peers' counters.
 type NodeOptions struct {
 	// Channels adds a series per outgoing channel (sent, re-sent,
-	// unacknowledged, blocked time, RTT): seven per channel, which with
+	// unacknowledged, blocked time, RTT, stalled): eight per channel, which with
 	// thousands of channels is more than most Prometheus servers should
 	// keep. The per-peer sums are exported either way.
 	Channels bool
@@ -35,6 +35,13 @@ func NodeCollector(n *transport.Node, o NodeOptions) Collector {
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
 
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func collectNode(s *Set, st transport.Stats, chans []transport.ChannelStats, o NodeOptions) {
 	tot := st.Totals()
 	s.Counter("sluice_messages_sent_total", "Messages written to connections, re-sent ones included.", float64(tot.MessagesOut))
@@ -55,6 +62,19 @@ func collectNode(s *Set, st transport.Stats, chans []transport.ChannelStats, o N
 	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.CtrlDropped), "kind", "ctrldrop")
 	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.Duplicated), "kind", "dup")
 	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.Resets), "kind", "reset")
+	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.GEDropped), "kind", "ge_drop")
+	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.Delayed), "kind", "delayed")
+	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.PartitionHeld), "kind", "partition_held")
+	s.Counter("sluice_faults_injected_total", faultHelp, float64(st.Faults.PartitionReads), "kind", "partition_read")
+	s.Counter("sluice_fault_throttled_bytes_total", "Bytes the injected bandwidth cap held back.", float64(st.Faults.Throttled))
+	s.Gauge("sluice_fault_partition_seconds", "How much of the injected partition has passed.", st.Faults.PartitionTime.Seconds())
+	s.Gauge("sluice_fault_held_max_bytes", "The most bytes one connection's fault link held at once (delayed, throttled or partitioned).", float64(st.Faults.HeldMax))
+	const alertHelp = "Alerts the node raised in its log, by kind: a channel whose acknowledged progress stood still with messages waiting (channel_stall), a peer whose senders waited for its credit most of the time (slow_consumer)."
+	s.Counter("sluice_alerts_total", alertHelp, float64(st.Alerts.ChannelStalls), "kind", "channel_stall")
+	s.Counter("sluice_alerts_total", alertHelp, float64(st.Alerts.SlowConsumers), "kind", "slow_consumer")
+	const activeHelp = "Alerts in effect now: stalled channels, slow-consumer peers."
+	s.Gauge("sluice_alerts_active", activeHelp, float64(st.Alerts.Stalled), "kind", "channel_stall")
+	s.Gauge("sluice_alerts_active", activeHelp, float64(st.Alerts.Slow), "kind", "slow_consumer")
 	const refusedHelp = "Connections refused or closed for a fault of the peer's, by cause."
 	s.Counter("sluice_refused_connections_total", refusedHelp, float64(st.Refused.AuthFailed), "cause", "auth_failed")
 	s.Counter("sluice_refused_connections_total", refusedHelp, float64(st.Refused.HandshakeTimeouts), "cause", "handshake_timeout")
@@ -71,6 +91,14 @@ func collectNode(s *Set, st transport.Stats, chans []transport.ChannelStats, o N
 	}
 	s.Gauge("sluice_connections", "Open connections, by who dialed.", float64(dialed), "dir", "dialed")
 	s.Gauge("sluice_connections", "Open connections, by who dialed.", float64(accepted), "dir", "accepted")
+	for _, c := range st.Conns {
+		if c.Dialed || c.Clock == nil {
+			continue // a dialed connection's clock is its peer's
+		}
+		l := []string{"remote_node", c.NodeID, "remote", c.Remote}
+		s.Gauge("sluice_accepted_clock_offset_seconds", "How far the clock of a node that connected to this one is ahead of this node's, estimated from PING round trips.", seconds(c.Clock.Offset), l...)
+		s.Gauge("sluice_accepted_clock_error_seconds", "The bound of sluice_accepted_clock_offset_seconds: half the round trip it comes from.", seconds(c.Clock.Error), l...)
+	}
 
 	type depth struct {
 		unacked, unsent, unackedBytes int
@@ -109,6 +137,7 @@ func collectNode(s *Set, st transport.Stats, chans []transport.ChannelStats, o N
 		s.Counter("sluice_peer_reconnects_total", "Connections to the peer that replaced one that broke.", float64(p.Reconnects), l...)
 		s.Counter("sluice_peer_dial_failures_total", "Connection attempts to the peer that failed.", float64(p.DialFailures), l...)
 		s.Gauge("sluice_peer_up", "Connections to the peer that are up.", float64(p.Up), l...)
+		s.Gauge("sluice_peer_slow_consumer", "1 while the node's health check finds the peer a slow consumer.", b2f(p.SlowConsumer), l...)
 		s.Gauge("sluice_peer_channels", "Open channels to the peer.", float64(p.Channels), l...)
 		s.Gauge("sluice_peer_window_bytes", "Memory the windows of the peer's channels take.", float64(p.WindowBytes), l...)
 		s.Gauge("sluice_peer_budget_bytes", "The bound of sluice_peer_window_bytes.", float64(p.Budget), l...)
@@ -119,6 +148,10 @@ func collectNode(s *Set, st transport.Stats, chans []transport.ChannelStats, o N
 		s.Gauge("sluice_peer_unacked_messages", "Messages sent or queued to the peer and not yet acknowledged.", float64(d.unacked), l...)
 		s.Gauge("sluice_peer_unsent_messages", "Of the unacknowledged messages, those not yet written.", float64(d.unsent), l...)
 		s.Gauge("sluice_peer_unacked_bytes", "Payload bytes of the unacknowledged messages.", float64(d.unackedBytes), l...)
+		if c := p.Clock; c != nil {
+			s.Gauge("sluice_peer_clock_offset_seconds", "How far the peer's clock is ahead of this node's, estimated from PING round trips.", seconds(c.Offset), l...)
+			s.Gauge("sluice_peer_clock_error_seconds", "The bound of sluice_peer_clock_offset_seconds: half the round trip it comes from.", seconds(c.Error), l...)
+		}
 		if d.rttN > 0 {
 			s.Gauge("sluice_peer_rtt_seconds", "Smoothed AckRequest round trip, averaged over the peer's channels that measured one.", seconds(d.rttSum/time.Duration(d.rttN)), l...)
 		}
@@ -135,6 +168,7 @@ func collectNode(s *Set, st transport.Stats, chans []transport.ChannelStats, o N
 		s.Gauge("sluice_channel_unacked_messages", "Messages not yet acknowledged.", float64(c.Unacked), l...)
 		s.Gauge("sluice_channel_unsent_messages", "Messages not yet written.", float64(c.Unsent), l...)
 		s.Gauge("sluice_channel_rtt_seconds", "Smoothed AckRequest round trip.", seconds(c.Tracker.SRTT), l...)
+		s.Gauge("sluice_channel_stalled", "1 while the node's health check finds the channel stalled.", b2f(c.Stalled), l...)
 	}
 }
 

@@ -63,6 +63,8 @@ type conn struct {
 	state    atomic.Int32
 	openedAt int64
 	lastRecv atomic.Int64
+	lastPing atomic.Int64 // when the last PING was queued
+	clock    clockEstimator
 	remoteID atomic.Uint64
 	compress bool // both sides offered compression; set at handshake
 
@@ -210,7 +212,16 @@ func (c *conn) handshake(b []byte) (off int, open, ok bool) {
 	if c.peer != nil {
 		c.peer.attach(c)
 	}
+	c.ping(c.node.now()) // a first clock sample, and a round trip
 	return s.Consumed, true, true
+}
+
+// ping queues a PING whose token is token (a time of the node's now scale)
+// asking for the peer's clock. Safe for concurrent use.
+func (c *conn) ping(token int64) {
+	c.lastPing.Store(token)
+	v := uint64(token)
+	c.sendCtrl(func(b []byte) []byte { return wire.AppendPing(b, v, wire.PingClock) })
 }
 
 // setLink gives c its link. With faults configured it is wrapped in a
@@ -219,7 +230,12 @@ func (c *conn) handshake(b []byte) (off int, open, ok bool) {
 // link delivers any event.
 func (c *conn) setLink(lk link, fd int) {
 	if m := newFaultModel(c.node.o.faults, c.stream, &c.node.faultN); m != nil {
-		c.faults = &faultLink{link: lk, model: m, now: c.node.now}
+		heal := func() {
+			if !c.onTraffic() {
+				_ = c.lk.Close()
+			}
+		}
+		c.faults = newFaultLink(lk, m, c.node.now, heal, c.flush)
 		c.lk = c.faults
 		return
 	}
@@ -244,6 +260,9 @@ func (c *conn) close(err error) {
 	}
 	c.fdMu.Unlock()
 	c.mu.Unlock()
+	if c.faults != nil {
+		c.faults.stop()
+	}
 	if err == nil {
 		err = io.EOF
 	}

@@ -45,7 +45,12 @@ func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 		retry = t.C
 	}
 	start := p.node.now()
-	defer func() { p.blocked.Add(p.node.now() - start) }()
+	p.credit.begin(start)
+	defer func() {
+		end := p.node.now()
+		p.credit.end(end)
+		p.blocked.Add(end - start)
+	}()
 	select {
 	case <-w:
 	case <-retry:

@@ -16,10 +16,11 @@ import (
 // recLink is a link that records what the loop writes.
 type recLink struct {
 	wrote    []byte
+	in       []byte // what Peek shows
 	executed int
 }
 
-func (l *recLink) Peek(int) ([]byte, error)    { return nil, nil }
+func (l *recLink) Peek(int) ([]byte, error)    { return l.in, nil }
 func (l *recLink) Discard(int) (int, error)    { return 0, nil }
 func (l *recLink) Write(b []byte) (int, error) { l.wrote = append(l.wrote, b...); return len(b), nil }
 func (l *recLink) Writev(bs [][]byte) (int, error) {

@@ -41,7 +41,10 @@
 // takes a timestamp and a payload, [Sender.SendRun] a run of Messages) and
 // arrive as runs of Messages at a [Handler]. [Node.Stats] returns the
 // node's counters (connections, peers, injected faults, refusals) and
-// [Node.ChannelStats] those of each outgoing channel.
+// [Node.ChannelStats] those of each outgoing channel. Each connection also
+// estimates its peer's clock from its PING round trips ([Peer.ClockOffset],
+// [Node.ClockOffset]), so that timestamps stamped on another host can be
+// read against this node's [Node.Clock] within a stated error.
 //
 // Channels outlive connections: when a connection breaks, the peer redials
 // with exponential backoff and jitter, each channel re-opens with its epoch,

@@ -298,7 +298,7 @@ func TestHostilePeersUnderAuthentication(t *testing.T) {
 			code  wire.GoAwayCode
 		}{
 			{"an OPEN before authenticating is a protocol error", wire.AppendOpen(bytes.Clone(authPreface), wire.Open{Channel: 0, Target: taskid.ID{Processor: 1}}), wire.GoAwayProtocolError},
-			{"a DATA frame before authenticating is a protocol error", wire.AppendPing(bytes.Clone(authPreface), 1), wire.GoAwayProtocolError},
+			{"a DATA frame before authenticating is a protocol error", wire.AppendPing(bytes.Clone(authPreface), 1, 0), wire.GoAwayProtocolError},
 			{"a made-up proof fails authentication", wire.AppendAuth(wire.AppendAuth(bytes.Clone(authPreface), wire.Auth{Step: wire.AuthChallenge}), wire.Auth{Step: wire.AuthProof}), wire.GoAwayAuthFailed},
 			{"a large frame header before authenticating is refused from the header", append(bytes.Clone(authPreface), byte(wire.FrameAuth), 0, 0, 1, 0, 0, 0, 0, 0, 0), wire.GoAwayLimit},
 			{"a preface without a key is refused", goodPreface(), wire.GoAwayAuthFailed},
@@ -396,7 +396,7 @@ func TestTruncatedAndTricklingFramesCostOnlyTheirOwnConnection(t *testing.T) {
 		wait := legitFlow(t, rx, 5000, be...)
 		// A frame cut short, then the socket closed.
 		c := rawConn(t, rx.Addr())
-		f := wire.AppendPing(goodPreface(), 1)
+		f := wire.AppendPing(goodPreface(), 1, 0)
 		_, _ = c.Write(f[:len(f)-3])
 		c.Close()
 		// A header claiming the largest frame, then its body a little at a

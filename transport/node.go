@@ -21,11 +21,15 @@ import (
 // of its target tasks ([Node.Handle]). All methods are safe for concurrent
 // use.
 type Node struct {
-	o     options
-	id    uint64
-	epoch uint64
-	start time.Time
-	log   logger
+	o      options
+	id     uint64
+	epoch  uint64
+	start  time.Time
+	health health
+	// wallStart is start as nanoseconds since the Unix epoch: Clock's
+	// anchor.
+	wallStart int64
+	log       logger
 
 	loops     *loopGroup   // the gnet loops its connections run on; nil with BackendNet
 	ln        net.Listener // nil if it does not listen
@@ -78,6 +82,9 @@ func NewNode(opts ...Option) (*Node, error) {
 		o.epoch = uint64(time.Now().UnixNano())
 	}
 	n := &Node{o: o, id: o.nodeID, epoch: o.epoch, start: time.Now(), stopping: make(chan struct{}), closed: make(chan struct{})}
+	n.wallStart = n.start.UnixNano()
+	n.health.stalled = make(map[*channel]struct{})
+	n.health.slow = make(map[*Peer]struct{})
 	n.log = logger{o.logger}
 	n.mu.peers = make(map[string]*Peer)
 	n.mu.conns = make(map[*conn]struct{})
@@ -240,6 +247,10 @@ func (n *Node) refusal() []byte {
 // Addr is the address the node listens on, with the port the system chose
 // for ":0"; empty if it does not listen.
 func (n *Node) Addr() string { return n.addr }
+
+// Faults returns the faults the node injects ([WithFaults]). Safe for
+// concurrent use.
+func (n *Node) Faults() Faults { return n.o.faults }
 
 // ID is the node id announced to peers.
 func (n *Node) ID() uint64 { return n.id }

@@ -43,6 +43,9 @@ type options struct {
 	backend          Backend
 	maxConnsPerAddr  int
 	socketBuffer     int
+	clockOffset      time.Duration
+	stallAlert       time.Duration
+	slowAlert        time.Duration
 }
 
 func defaultOptions() options {
@@ -64,6 +67,8 @@ func defaultOptions() options {
 		logger:           slog.New(slog.DiscardHandler),
 		maxConnsPerAddr:  64,
 		socketBuffer:     DefaultSocketBuffer,
+		stallAlert:       DefaultStallAlert,
+		slowAlert:        DefaultSlowConsumerAlert,
 	}
 }
 
@@ -182,6 +187,35 @@ func WithPeerBudget(n int) Option { return func(o *options) { o.peerBudget = n }
 // connection. Default 64 MiB.
 func WithInboundBudget(n int) Option { return func(o *options) { o.inboundBudget = n } }
 
+// WithStallAlert makes the node warn in its log when one of its channels
+// has had messages unacknowledged and its acknowledged progress (the
+// transport's clock of a channel: see health.go) has not advanced for d,
+// and note when it moves again; one line each, counted in [Stats].Alerts.
+// Default [DefaultStallAlert] (10 s, as the engine's global-clock alert);
+// 0: no alert.
+func WithStallAlert(d time.Duration) Option { return func(o *options) { o.stallAlert = d } }
+
+// WithSlowConsumerAlert makes the node warn in its log when, over an
+// interval of d, its senders waited for a peer's credit (its windows or
+// the peer budget full) more than half the time, and note when, over an
+// interval, they waited less than a quarter of it; one line each, counted
+// in [Stats].Alerts. Default [DefaultSlowConsumerAlert] (5 s); 0: no alert.
+func WithSlowConsumerAlert(d time.Duration) Option { return func(o *options) { o.slowAlert = d } }
+
+// WithPingInterval sets how often each side of a connection sends a PING:
+// for clock samples ([ClockOffset]) and to keep the connection alive under
+// [WithIdleTimeout]. A connection also pings once when it opens, and while
+// closed channels' numbers wait to be reused. Default 1 s; 0: no periodic
+// pings.
+func WithPingInterval(d time.Duration) Option { return func(o *options) { o.pingInterval = d } }
+
+// WithClockOffset shifts the node's clock ([Node.Clock]), which its PONGs
+// carry to peers, by d: for tests, which give two nodes on one host the
+// clocks of two hosts whose clocks disagree by d, and check that the
+// peers' [ClockOffset] estimates find d. Default 0; a deployment has no use
+// for it.
+func WithClockOffset(d time.Duration) Option { return func(o *options) { o.clockOffset = d } }
+
 // WithHandshakeTimeout closes connections whose handshake (preface and,
 // with [WithKey], authentication; with [WithTLS], the TLS handshake too) has
 // not completed in time. Default 5 s.
@@ -208,10 +242,12 @@ func WithReconnectBackoff(min, max time.Duration) Option {
 // the package documentation). Ignored with [BackendNet].
 func WithEventLoops(n int) Option { return func(o *options) { o.eventLoops = n } }
 
-// WithFaults injects faults into this node's outgoing traffic, for tests and
+// WithFaults injects faults into this node's connections, for tests and
 // load generation: each connection's writes pass through a fault link that
-// drops and duplicates whole frames, and such connections leave all writing
-// to their loop (no direct writes, which would bypass it). Default none.
+// drops, duplicates, delays and throttles whole frames (and, during a
+// partition, holds its writes and leaves its reads for later), and such
+// connections leave all writing to their loop (no direct writes, which
+// would bypass it). Default none.
 func WithFaults(f Faults) Option { return func(o *options) { o.faults = f } }
 
 // WithKey makes the node authenticate every connection with a pre-shared
@@ -311,6 +347,10 @@ func (o *options) validate() error {
 		return fmt.Errorf("transport: socket buffers must be >= 0 bytes, got %d", o.socketBuffer)
 	case o.handshakeTimeout <= 0:
 		return fmt.Errorf("transport: handshake timeout must be > 0, got %v", o.handshakeTimeout)
+	case o.stallAlert < 0 || o.slowAlert < 0:
+		return fmt.Errorf("transport: alert times must be >= 0 (0: off), got stall %v and slow consumer %v", o.stallAlert, o.slowAlert)
+	case o.pingInterval < 0:
+		return fmt.Errorf("transport: ping interval must be >= 0 (0: no periodic pings), got %v", o.pingInterval)
 	}
 	if o.tls != nil {
 		o.backend = BackendNet

@@ -49,6 +49,13 @@ type Peer struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 
+	// credit measures how long senders were waiting for credit, for the
+	// slow-consumer alert; slow is that alert's state, health its
+	// interval (timer goroutine only).
+	credit creditWaits
+	slow   atomic.Bool
+	health peerHealth
+
 	// counters for [PeerStats]
 	blocked      atomic.Int64 // ns senders spent waiting for credit
 	resent       atomic.Uint64

@@ -111,14 +111,22 @@ func (c *conn) handle(f wire.Frame) error {
 		if err != nil {
 			return err
 		}
-		c.sendCtrl(func(b []byte) []byte { return wire.AppendPong(b, v) })
+		p := wire.Pong{Value: v}
+		if f.Flags&wire.PingClock != 0 {
+			p.Clock, p.HasClock = c.node.Clock(), true
+		}
+		c.sendCtrl(func(b []byte) []byte { return wire.AppendPong(b, p) })
 		return nil
 	case wire.FramePong:
-		v, err := wire.ParsePing(f.Body)
+		p, err := wire.ParsePong(f.Flags, f.Body)
 		if err != nil {
 			return err
 		}
-		c.releaseRetired(int64(v))
+		if p.HasClock {
+			n := c.node
+			c.clock.add(n.clockAt(int64(p.Value)), n.Clock(), p.Clock)
+		}
+		c.releaseRetired(int64(p.Value))
 		return nil
 	case wire.FrameGoAway:
 		g, err := wire.ParseGoAway(f.Body)

@@ -46,6 +46,10 @@ type channel struct {
 		closed  bool
 		err     error // why it was closed, if not by Close (a *ChannelError)
 	}
+	// stalled is set while the health check finds the channel stalled;
+	// health is that check's state (timer goroutine only).
+	stalled atomic.Bool
+	health  chanHealth
 	// wakeAt mirrors mu.timerAt for the timer goroutine, which skips, without
 	// taking mu, the deadlines a channel no longer wants (most of them with
 	// many channels: an ack usually answers a request long before its
@@ -251,8 +255,11 @@ func (ch *channel) waitCredit(ctx context.Context, size int) error {
 		retry = t.C
 	}
 	start := p.node.now()
+	p.credit.begin(start)
 	defer func() {
-		d := p.node.now() - start
+		end := p.node.now()
+		p.credit.end(end)
+		d := end - start
 		ch.blocked.Add(d)
 		p.blocked.Add(d)
 	}()
@@ -313,8 +320,7 @@ func (s *Sender) Close() error {
 		c.mu.Unlock()
 		c.sendCtrl(func(b []byte) []byte { return wire.AppendClose(b, wire.Close{Channel: num}) })
 		if ping != 0 {
-			v := uint64(ping)
-			c.sendCtrl(func(b []byte) []byte { return wire.AppendPing(b, v) })
+			c.ping(ping)
 		}
 	}
 	return nil

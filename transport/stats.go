@@ -21,6 +21,7 @@ type Stats struct {
 	Peers   []PeerStats  `json:"peers,omitempty"`
 	Faults  FaultStats   `json:"faults"`
 	Refused RefusedStats `json:"refused"`
+	Alerts  AlertStats   `json:"alerts"`
 }
 
 // RefusedStats counts connections the node refused or dropped before they
@@ -83,6 +84,9 @@ type ConnStats struct {
 	Stale      uint64            `json:"stale_dropped"`
 	Duplicates uint64            `json:"duplicates_dropped"`
 	Gaps       uint64            `json:"gap_dropped"`
+	// Clock is the connection's estimate of the remote node's clock, nil
+	// before its first round trip (and in sums).
+	Clock *ClockOffset `json:"clock,omitempty"`
 }
 
 func (s *ConnStats) add(o ConnStats) {
@@ -122,6 +126,7 @@ func (c *conn) snapshot() ConnStats {
 		Duplicates:   c.stats.dupIn.Load(),
 		Gaps:         c.stats.gapIn.Load(),
 		Flushes:      make(map[string]uint64, batch.NumCauses),
+		Clock:        c.clock.estimate(),
 	}
 	for i := range c.stats.flushes {
 		if v := c.stats.flushes[i].Load(); v > 0 {
@@ -151,6 +156,9 @@ type ChannelStats struct {
 	WindowBytes  int                     `json:"window_bytes"`
 	Tracker      lossdetect.TrackerStats `json:"tracker"`
 	Attached     bool                    `json:"attached"`
+	// Stalled says the health check finds the channel stalled (see
+	// [WithStallAlert]).
+	Stalled bool `json:"stalled"`
 }
 
 // Stats returns the node's counters. Safe for concurrent use.
@@ -169,7 +177,9 @@ func (n *Node) Stats() Stats {
 	s.Closed.add(n.gone.s)
 	n.gone.Unlock()
 	s.Faults = n.faultN.snapshot()
+	s.Faults.PartitionTime = n.o.faults.partitionTime(n.now())
 	s.Refused = n.sec.snapshot()
+	s.Alerts = n.health.snapshot()
 	for _, p := range n.peers() {
 		s.Peers = append(s.Peers, p.stats())
 	}
@@ -220,6 +230,12 @@ type PeerStats struct {
 	// Traffic sums the counters of the peer's connections, open and
 	// closed.
 	Traffic ConnStats `json:"traffic"`
+	// Clock estimates the peer's clock against this node's, from the
+	// connection with the tightest bound; nil before the first round trip.
+	Clock *ClockOffset `json:"clock,omitempty"`
+	// SlowConsumer says the health check finds the peer a slow consumer
+	// (see [WithSlowConsumerAlert]).
+	SlowConsumer bool `json:"slow_consumer"`
 }
 
 func (p *Peer) stats() PeerStats {
@@ -234,6 +250,7 @@ func (p *Peer) stats() PeerStats {
 		Connects:     p.connects.Load(),
 		Reconnects:   p.reconnects.Load(),
 		DialFailures: p.dialFailures.Load(),
+		SlowConsumer: p.slow.Load(),
 	}
 	p.mu.Lock()
 	s.Traffic = p.mu.gone
@@ -246,6 +263,9 @@ func (p *Peer) stats() PeerStats {
 	}
 	p.mu.Unlock()
 	s.Traffic.Remote, s.Traffic.Dialed = p.addr, true
+	if c, ok := p.ClockOffset(); ok {
+		s.Clock = &c
+	}
 	return s
 }
 
@@ -277,6 +297,7 @@ func (ch *channel) stats() ChannelStats {
 		WindowBytes:  f.WindowBytes,
 		Tracker:      f.Tracker,
 		Attached:     attached,
+		Stalled:      ch.stalled.Load(),
 	}
 }
 

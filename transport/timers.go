@@ -3,8 +3,6 @@ package transport
 import (
 	"sync"
 	"time"
-
-	"github.com/sluicehq/sluice/wire"
 )
 
 // pollInterval is how soon a connection whose socket is backed up looks
@@ -256,14 +254,15 @@ func (t *timers) housekeep(now int64) {
 			n.abort(c, ErrIdleTimeout)
 			continue
 		}
-		// A dialed connection pings when idle, and while closed channels'
-		// numbers wait for a PONG (the PING after their CLOSE may have
-		// been lost).
-		if c.peer != nil && ((n.o.pingInterval > 0 && idle > n.o.pingInterval) || c.hasRetired()) {
-			v := uint64(now)
-			c.sendCtrl(func(b []byte) []byte { return wire.AppendPing(b, v) })
+		// Each side pings every ping interval, for its clock samples and
+		// to keep the connection alive, and a dialed one while closed
+		// channels' numbers wait for a PONG (the PING after their CLOSE
+		// may have been lost).
+		if (n.o.pingInterval > 0 && now-c.lastPing.Load() >= int64(n.o.pingInterval)) || (c.peer != nil && c.hasRetired()) {
+			c.ping(now)
 		}
 	}
+	n.checkHealth(now)
 	if t.nextReset > 0 && now >= t.nextReset {
 		t.nextReset = now + int64(n.o.faults.Reset)
 		var dialed []*conn

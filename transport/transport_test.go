@@ -469,7 +469,7 @@ func testHostilePeersLoseOnlyTheirOwnConnection(t *testing.T, be []Option) {
 		return wire.FinishFrame(f, start)
 	}
 	badCRC := func() []byte {
-		b := wire.AppendPing(goodPreface(), 1)
+		b := wire.AppendPing(goodPreface(), 1, 0)
 		b[len(b)-1] ^= 0xff
 		return b
 	}

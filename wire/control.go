@@ -133,18 +133,50 @@ func AppendAck(dst []byte, f Ack) []byte {
 	return FinishFrame(dst, start)
 }
 
-// AppendPing appends a whole PING frame carrying v to dst and returns the
-// extended slice.
-func AppendPing(dst []byte, v uint64) []byte {
-	dst, start := BeginFrame(dst, FramePing, 0)
+// Flags of PING and PONG frames.
+const (
+	// PingClock asks the receiver of a PING to answer with a PONG that
+	// carries its clock ([PongClock]). A receiver that predates it ignores
+	// the bit, as it does any reserved flag, and answers a plain PONG.
+	PingClock uint8 = 1 << 0
+	// PongClock marks a PONG whose body carries, after the echoed value,
+	// the responder's clock.
+	PongClock uint8 = 1 << 0
+)
+
+// Pong is the body of a PONG frame: the Value of the PING it answers and,
+// when HasClock (flag [PongClock]), the responder's Clock when it answered,
+// in nanoseconds since the Unix epoch. A node that pinged at T1 and reads
+// the PONG at T4 (its own clock) knows that the responder's clock read
+// Clock at some instant between: the responder's clock is ahead of its own
+// by Clock - (T1+T4)/2, to within (T4-T1)/2.
+type Pong struct {
+	Value    uint64
+	Clock    int64
+	HasClock bool
+}
+
+// AppendPing appends a whole PING frame carrying v, with flags (0 or
+// [PingClock]), to dst and returns the extended slice.
+func AppendPing(dst []byte, v uint64, flags uint8) []byte {
+	dst, start := BeginFrame(dst, FramePing, flags)
 	return FinishFrame(binary.BigEndian.AppendUint64(dst, v), start)
 }
 
-// AppendPong appends a whole PONG frame echoing v to dst and returns the
-// extended slice.
-func AppendPong(dst []byte, v uint64) []byte {
-	dst, start := BeginFrame(dst, FramePong, 0)
-	return FinishFrame(binary.BigEndian.AppendUint64(dst, v), start)
+// AppendPong appends a whole PONG frame for p to dst and returns the
+// extended slice: 8 bytes of body, or 16 with flag [PongClock] when
+// p.HasClock.
+func AppendPong(dst []byte, p Pong) []byte {
+	var flags uint8
+	if p.HasClock {
+		flags = PongClock
+	}
+	dst, start := BeginFrame(dst, FramePong, flags)
+	dst = binary.BigEndian.AppendUint64(dst, p.Value)
+	if p.HasClock {
+		dst = binary.BigEndian.AppendUint64(dst, uint64(p.Clock))
+	}
+	return FinishFrame(dst, start)
 }
 
 // AppendGoAway appends a whole GOAWAY frame to dst and returns the extended
@@ -279,9 +311,9 @@ func ParseAck(body []byte) (Ack, error) {
 	return f, nil
 }
 
-// ParsePing parses the body of a PING or a PONG frame: exactly 8 bytes, an
-// opaque big-endian value. A shorter body is [ErrOverrun], a longer one
-// [ErrTrailing]; the error names the frame type PING.
+// ParsePing parses the body of a PING frame: exactly 8 bytes, an opaque
+// big-endian value. A shorter body is [ErrOverrun], a longer one
+// [ErrTrailing].
 func ParsePing(body []byte) (uint64, error) {
 	if len(body) < 8 {
 		return 0, frameErr(FramePing, 0, ErrOverrun, "the body has %d bytes, the value needs 8", len(body))
@@ -290,6 +322,27 @@ func ParsePing(body []byte) (uint64, error) {
 		return 0, frameErr(FramePing, 8, ErrTrailing, "%d bytes left over after the 8-byte value", len(body)-8)
 	}
 	return binary.BigEndian.Uint64(body), nil
+}
+
+// ParsePong parses the body of a PONG frame with flags: the echoed value
+// and, with [PongClock], the responder's clock; exactly 8 or 16 bytes. A
+// shorter body is [ErrOverrun], a longer one [ErrTrailing].
+func ParsePong(flags uint8, body []byte) (Pong, error) {
+	want := 8
+	if flags&PongClock != 0 {
+		want = 16
+	}
+	if len(body) < want {
+		return Pong{}, frameErr(FramePong, len(body)&^7, ErrOverrun, "the body has %d bytes, flags %#x need %d", len(body), flags, want)
+	}
+	if len(body) > want {
+		return Pong{}, frameErr(FramePong, want, ErrTrailing, "%d bytes left over after the %d-byte body", len(body)-want, want)
+	}
+	p := Pong{Value: binary.BigEndian.Uint64(body)}
+	if want == 16 {
+		p.Clock, p.HasClock = int64(binary.BigEndian.Uint64(body[8:])), true
+	}
+	return p, nil
 }
 
 // ParseGoAway parses the body of a GOAWAY frame. The message is copied into

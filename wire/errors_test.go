@@ -56,7 +56,7 @@ func TestDecodeFrameRejects(t *testing.T) {
 		b = binary.BigEndian.AppendUint32(b, length)
 		return binary.BigEndian.AppendUint32(b, 0)
 	}
-	corrupt := AppendPing(nil, 99)
+	corrupt := AppendPing(nil, 99, 0)
 	corrupt[HeaderLen+3] ^= 0x10
 	cases := []struct {
 		name    string
@@ -137,6 +137,8 @@ func TestParseRejectsMalformedBodies(t *testing.T) {
 		{"an ACK with trailing bytes", FrameAck, []byte{1, 0, 1, 1, 1, 1, 1}, ErrTrailing, 6},
 		{"a PING of 7 bytes", FramePing, make([]byte, 7), ErrOverrun, 0},
 		{"a PING of 9 bytes", FramePing, make([]byte, 9), ErrTrailing, 8},
+		{"a PONG of 7 bytes", FramePong, make([]byte, 7), ErrOverrun, 0},
+		{"a PONG without the clock flag but with a clock", FramePong, make([]byte, 16), ErrTrailing, 8},
 		{"a GOAWAY whose message length runs past the body", FrameGoAway, []byte{1, 5, 'a', 'b'}, ErrOverrun, 1},
 		{"a GOAWAY whose message is longer than 1024 bytes", FrameGoAway, cat([]byte{1, 0x81, 0x08}, make([]byte, 1025)), ErrOverrun, 1},
 		{"a GOAWAY with bytes after its message", FrameGoAway, []byte{0, 1, 'a', 'b'}, ErrTrailing, 3},
@@ -165,7 +167,7 @@ func TestParseRejectsMalformedBodies(t *testing.T) {
 			if fe.Offset != tc.wantOff {
 				t.Errorf("the error names body offset %d, want %d: %v", fe.Offset, tc.wantOff, err)
 			}
-			if ft := fe.Type; ft != tc.frame && !(tc.frame == FramePong && ft == FramePing) {
+			if ft := fe.Type; ft != tc.frame {
 				t.Errorf("the error names frame type %v, want %v", ft, tc.frame)
 			}
 			if !strings.Contains(err.Error(), tc.frame.String()) || !strings.HasPrefix(err.Error(), "wire: ") {
@@ -260,5 +262,41 @@ func TestDataReaderFaultsAreSticky(t *testing.T) {
 	r.Reset([]byte{1, 0, 1, 0, 0, 1, 'x'})
 	if _, err := r.NextRun(); err != nil {
 		t.Fatalf("Reset did not clear the fault: %v", err)
+	}
+}
+
+// A PONG's length follows its flags: 16 bytes with PongClock, 8 without;
+// anything else is refused, and reserved flag bits change nothing.
+func TestParsePongChecksTheLengthItsFlagsSay(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		flags   uint8
+		body    []byte
+		want    error
+		wantOff int
+	}{
+		{"a clock PONG of 8 bytes", PongClock, make([]byte, 8), ErrOverrun, 8},
+		{"a clock PONG of 15 bytes", PongClock, make([]byte, 15), ErrOverrun, 8},
+		{"a clock PONG of 17 bytes", PongClock, make([]byte, 17), ErrTrailing, 16},
+		{"a clock PONG with a reserved bit of 16 bytes", PongClock | 0x80, make([]byte, 16), nil, 0},
+		{"a plain PONG with a reserved bit of 8 bytes", 0x80, make([]byte, 8), nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _, err := DecodeFrame(AppendFrame(nil, FramePong, tc.flags, tc.body), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := ParsePong(f.Flags, f.Body)
+			if sentinelOf(err) != tc.want {
+				t.Fatalf("got %+v, %v, want %v", p, err, tc.want)
+			}
+			var fe *FrameError
+			if err != nil && (!errors.As(err, &fe) || fe.Offset != tc.wantOff || fe.Type != FramePong) {
+				t.Errorf("%v: want a *FrameError of PONG at body offset %d", err, tc.wantOff)
+			}
+			if err == nil && p.HasClock != (tc.flags&PongClock != 0) {
+				t.Errorf("HasClock %v with flags %#x", p.HasClock, tc.flags)
+			}
+		})
 	}
 }

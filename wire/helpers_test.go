@@ -10,9 +10,11 @@ import (
 // Test-only value types, so that one table can hold every kind of frame and a
 // single pair of functions can encode and parse any of them.
 type (
-	ping uint64
-	pong uint64
-	run  struct {
+	ping struct {
+		V     uint64
+		Flags uint8
+	}
+	run struct {
 		H    RunHeader
 		Msgs []Message
 	}
@@ -34,9 +36,9 @@ func appendValue(dst []byte, v any) []byte {
 	case Ack:
 		return AppendAck(dst, v)
 	case ping:
-		return AppendPing(dst, uint64(v))
-	case pong:
-		return AppendPong(dst, uint64(v))
+		return AppendPing(dst, v.V, v.Flags)
+	case Pong:
+		return AppendPong(dst, v)
 	case GoAway:
 		return AppendGoAway(dst, v)
 	case Auth:
@@ -76,10 +78,9 @@ func parseFrame(f Frame) (any, error) {
 		return ParseAck(f.Body)
 	case FramePing:
 		v, err := ParsePing(f.Body)
-		return ping(v), err
+		return ping{v, f.Flags}, err
 	case FramePong:
-		v, err := ParsePing(f.Body)
-		return pong(v), err
+		return ParsePong(f.Flags, f.Body)
 	case FrameGoAway:
 		return ParseGoAway(f.Body)
 	case FrameAuth:

@@ -47,7 +47,8 @@ import (
 // ctlVersion is the control protocol's version; a plan of another version is
 // refused, so a coordinator and agents built from different commits fail
 // clearly instead of half-working.
-const ctlVersion = 1
+// Version 2 added the plan's ClockCorrection and done's Clock.
+const ctlVersion = 2
 
 // maxCtlLine bounds one control line. The largest are findings, which carry
 // one exported histogram per sender (a few hundred KiB each).
@@ -116,6 +117,9 @@ type agentPlan struct {
 	Duration    time.Duration `json:"duration_ns"`
 	ConsumeRate float64       `json:"consume_rate"`
 	Heartbeat   time.Duration `json:"heartbeat_ns"`
+	// ClockCorrection makes a sender stamp its send times in its
+	// receiver's clock (see clockCorrector).
+	ClockCorrection bool `json:"clock_correction"`
 }
 
 func (p *agentPlan) config() transportConfig {
@@ -169,6 +173,9 @@ type agentDone struct {
 	Late    time.Duration `json:"late_ns"`    // how long after the start time sending began
 	Resent  int64         `json:"resent"`
 	Err     string        `json:"error,omitempty"`
+	// Clock is how the sender corrected its send times for the
+	// receiver's clock.
+	Clock *bench.ClockCorrection `json:"clock,omitempty"`
 }
 
 // agentFindings answers a collect: what the agent received from each
@@ -444,6 +451,7 @@ type agentRun struct {
 	node    *transport.Node
 	srv     *server
 	senders []*transport.Sender
+	clock   *clockCorrector // nil: no correction
 	hbStop  chan struct{}
 	hbDone  chan struct{}
 }
@@ -493,7 +501,7 @@ func (r *agentRun) run(ctx context.Context, ctlLocal net.Addr) error {
 		r.srv.lim = &limiter{rate: r.plan.ConsumeRate}
 	}
 	r.node, err = transport.NewNode(append([]transport.Option{transport.WithListen(listen),
-		transport.WithConnectionsPerPeer(r.plan.Connections)}, r.a.opts...)...)
+		transport.WithConnectionsPerPeer(r.plan.Connections), transport.WithPingInterval(clockPing)}, r.a.opts...)...)
 	if err != nil {
 		return err
 	}
@@ -569,6 +577,11 @@ func (r *agentRun) connect(ctx context.Context, to string, index int) error {
 	if err := peer.WaitConnected(wctx); err != nil {
 		return fmt.Errorf("connect: cannot reach the receiver's data address %s: %w", to, err)
 	}
+	if r.plan.ClockCorrection {
+		if r.clock, err = startClockCorrection(ctx, peer); err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+	}
 	senders := make([]*transport.Sender, r.plan.Channels)
 	for i := range senders {
 		src := taskid.ID{Processor: 2 + uint32(index), Index: uint32(i)}
@@ -582,8 +595,8 @@ func (r *agentRun) connect(ctx context.Context, to string, index int) error {
 
 // send waits for the start time, sends the plan's messages, and waits until
 // the receiver has acknowledged every one.
-func (r *agentRun) send(ctx context.Context, startAt int64) agentDone {
-	var done agentDone
+func (r *agentRun) send(ctx context.Context, startAt int64) (done agentDone) {
+	defer func() { done.Clock = r.clock.finish() }()
 	if d := time.Until(time.Unix(0, startAt)); d > 0 {
 		t := time.NewTimer(d)
 		select {
@@ -596,6 +609,7 @@ func (r *agentRun) send(ctx context.Context, startAt int64) agentDone {
 	start := time.Now()
 	done.Late = max(0, start.Sub(time.Unix(0, startAt)))
 	cfg := r.plan.config()
+	cfg.shift = r.clock.shiftOf()
 	var err error
 	switch {
 	case r.plan.Messages > 0:
@@ -630,7 +644,7 @@ func (r *agentRun) send(ctx context.Context, startAt int64) agentDone {
 // sendCount sends count messages over senders in turn, at cfg.rate or as
 // fast as they take them, like loadgen send.
 func sendCount(ctx context.Context, cfg transportConfig, count int64, senders []*transport.Sender) (int64, error) {
-	src := newPayloadSource(cfg.size, len(senders))
+	src := newPayloadSource(cfg.size, len(senders), cfg.shift)
 	target := func(ctx context.Context, i, intended int64) error {
 		ch := int(i % int64(len(senders)))
 		if err := senders[ch].Send(ctx, intended, src.next(ch, intended)); err != nil {
@@ -676,6 +690,7 @@ func (r *agentRun) startHeartbeat() {
 // shutdown stops the heartbeat and aborts the node: whatever was not
 // acknowledged is dropped, since the run is over either way.
 func (r *agentRun) shutdown() {
+	r.clock.finish() // if connect started one and the run ended before send
 	if r.hbStop != nil {
 		close(r.hbStop)
 		<-r.hbDone
@@ -707,6 +722,7 @@ func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var sec nodeFlags
 	sec.register(fs)
 	sec.registerMetrics(fs)
+	sec.registerClockOffset(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -188,7 +188,7 @@ func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error 
 // for cfg.duration, stamping them as the transport scenario does. The clock
 // is read every 64 messages, as sendMaxRate reads it.
 func sendEach(ctx context.Context, cfg transportConfig, s *transport.Sender) (int64, error) {
-	src := newPayloadSource(cfg.size, 1)
+	src := newPayloadSource(cfg.size, 1, nil)
 	end := bench.Now() + int64(cfg.duration)
 	var now int64
 	for i := int64(0); ; i++ {
@@ -248,7 +248,7 @@ func (b *bencher) tcpFixed(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	msg := newPayloadSource(b.cfg.size, 1).buf
+	msg := newPayloadSource(b.cfg.size, 1, nil).buf
 	start := bench.Now()
 	res, err := bench.FixedRate{Rate: b.cfg.rate, Duration: b.cfg.duration, Clock: bench.RealClock{}}.Run(ctx,
 		func(_ context.Context, i, intended int64) error {
@@ -387,7 +387,7 @@ func (b *bencher) pingNodes(ctx context.Context, a *transport.Node, addr string,
 	if err != nil {
 		return 0, err
 	}
-	msg := newPayloadSource(b.cfg.size, 1).buf
+	msg := newPayloadSource(b.cfg.size, 1, nil).buf
 	var n int64
 	for end := bench.Now() + int64(b.cfg.duration); bench.Now() < end; n++ {
 		t0 := bench.Now()

@@ -60,6 +60,9 @@ type coordConfig struct {
 	startDelay       time.Duration
 	heartbeatTimeout time.Duration
 	connectTimeout   time.Duration
+	// trustClocks makes senders stamp their own clocks' send times
+	// (--clock-correction=false).
+	trustClocks bool
 }
 
 func (c *coordConfig) validate() error {
@@ -189,6 +192,7 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 		p := agentPlan{
 			Version: ctlVersion, Size: cfg.tc.size, Channels: cfg.tc.channels, Connections: cfg.tc.connections,
 			Messages: cfg.messages, Duration: cfg.tc.duration, ConsumeRate: cfg.tc.consumeRate, Heartbeat: hb,
+			ClockCorrection: !cfg.trustClocks,
 		}
 		if r.sendTo != nil {
 			p.Rate = cfg.tc.rate / float64(len(senders))
@@ -471,8 +475,9 @@ func (c *coordinator) report(startAt time.Time, prog *bench.Progress) (*bench.Re
 			rec.MergeHistogram(h)
 			p99 = bench.LatencyOf(h).P99
 		}
-		report.Notes = append(report.Notes, fmt.Sprintf("%s -> %s: %d sent, %d delivered, %d duplicates, %d missing, p99 %.1f µs, started %v late",
-			s.addr, s.sendTo.addr, d.Sent, f.Delivered, f.Duplicates, f.Gaps, p99, d.Late.Round(time.Microsecond)))
+		report.Notes = append(report.Notes, fmt.Sprintf("%s -> %s: %d sent, %d delivered, %d duplicates, %d missing, p99 %.1f µs, started %v late; %s",
+			s.addr, s.sendTo.addr, d.Sent, f.Delivered, f.Duplicates, f.Gaps, p99, d.Late.Round(time.Microsecond), d.Clock.String()))
+		report.Clock = report.Clock.Merge(d.Clock)
 		if d.Err != "" {
 			failures = append(failures, fmt.Sprintf("%s (%s): %s", s.addr, s.role, d.Err))
 		}
@@ -498,7 +503,7 @@ func (c *coordinator) report(startAt time.Time, prog *bench.Progress) (*bench.Re
 		report.Notes = append(report.Notes, fmt.Sprintf("%d latencies were beyond the histogram's range and clamped", clamped))
 	}
 	report.Notes = append(report.Notes,
-		"latency is one-way, measured by each receiver against the send times in the payloads; across hosts it is only as good as their clock synchronisation",
+		"latency is measured by each receiver against the send times in the payloads; over all senders, "+report.Clock.String(),
 		"duration runs from the common start time to the last sender's last acknowledgement; machine is the coordinator's, the agents' are listed above and in config.agents")
 	return report, rec
 }
@@ -519,6 +524,7 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	startDelay := fs.Duration("start-delay", 500*time.Millisecond, "how far ahead of now the common start time is set, once every agent is connected")
 	hbTimeout := fs.Duration("heartbeat-timeout", 5*time.Second, "fail when an agent sends nothing for this long")
 	connectTimeout := fs.Duration("connect-timeout", 5*time.Second, "fail when an agent's control port does not answer within this")
+	correct := fs.Bool("clock-correction", true, "make each sender stamp its send times in its receiver's clock, estimated from the transport's PING round trips, so that one-way latency does not depend on the hosts' clocks agreeing (the report states the offsets and the error bound); false trusts the clocks as they are")
 	var out outputFlags
 	out.register(fs)
 	var tc transportConfig
@@ -577,7 +583,7 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	cfg := coordConfig{
 		topology: *topology, tc: tc, messages: *messages,
 		startDelay: *startDelay, heartbeatTimeout: *hbTimeout, connectTimeout: *connectTimeout,
-		key: key, agents: list,
+		key: key, agents: list, trustClocks: !*correct,
 	}
 	fmt.Fprintf(stderr, "loadgen coordinate: transport scenario on %d agents (%s): %d-byte messages, %s, rate %s, %d channel(s), %d connection(s)\n",
 		len(cfg.agents), cfg.topology, tc.size, amountString(cfg.messages, tc.duration), rateString(tc.rate), tc.channels, tc.connections)

@@ -49,6 +49,14 @@ func TestCoordinateFanInMergesEverySendersFindings(t *testing.T) {
 		t.Errorf("latency %+v, throughput %v, wire bytes %d: not filled from the merged findings",
 			report.LatencyUS, report.ThroughputMsgsPerS, report.WireBytes)
 	}
+	// The agents share this process's clock: each sender's estimate of its
+	// receiver's offset is 0 to within its bound, and the report says so.
+	if c := report.Clock; c == nil || c.Method != "ping" || c.MinOffsetNS < -c.ErrorNS-1000 || c.MaxOffsetNS > c.ErrorNS+1000 || c.Samples < clockMinSamples {
+		t.Errorf("clock correction %+v; want PING estimates of an offset of 0 within their bound", c)
+	}
+	if !strings.Contains(strings.Join(report.Notes, "\n"), "corrected for the clocks") {
+		t.Errorf("the notes do not state the clock correction:\n%s", strings.Join(report.Notes, "\n"))
+	}
 	agents, _ := report.Config["agents"].([]map[string]any)
 	if len(agents) != 3 {
 		t.Fatalf("config lists %d agents, want 3: %v", len(agents), report.Config["agents"])

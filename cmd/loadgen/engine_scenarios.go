@@ -227,22 +227,7 @@ func adoptJournaled(dir string, jc *jobConfig) {
 	}
 }
 
-func faultsArg(f transport.Faults) string {
-	var parts []string
-	if f.Drop > 0 {
-		parts = append(parts, fmt.Sprintf("drop=%v", f.Drop))
-	}
-	if f.CtrlDrop > 0 {
-		parts = append(parts, fmt.Sprintf("ctrldrop=%v", f.CtrlDrop))
-	}
-	if f.Dup > 0 {
-		parts = append(parts, fmt.Sprintf("dup=%v", f.Dup))
-	}
-	if f.Reset > 0 {
-		parts = append(parts, "reset="+f.Reset.String())
-	}
-	return strings.Join(parts, ",")
-}
+func faultsArg(f transport.Faults) string { return f.String() }
 
 func engineReport(scenario string, cfg map[string]any, res *engine.Result, elapsed time.Duration, prog *bench.Progress) *bench.Report {
 	r := bench.NewReport(scenario, cfg)

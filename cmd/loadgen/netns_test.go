@@ -196,7 +196,50 @@ func TestAcrossNetworkNamespaces(t *testing.T) {
 		checkExactlyOnce(t, "send", send.lastJSON(t), 20000)
 	})
 
-	agentA := h.start(t, a, bin, "agent", "--listen", h.addr[0]+":7500")
+	// Host A's clock is 3 s ahead of B's. send corrects its stamps by the
+	// offset its node estimates from PING round trips: the latency serve
+	// measures is right to within the error bound the report states. Told
+	// to trust the clocks, it reports the 3 s.
+	t.Run("send corrects for a host whose clock is 3 s ahead", func(t *testing.T) {
+		const ahead = 3e9 // ns
+		serve := h.start(t, a, bin, "serve", "--listen", h.addr[0]+":7401", "--clock-offset", "3s")
+		serve.stderr.waitFor(t, "listening on")
+		for _, correct := range []bool{true, false} {
+			send := h.start(t, b, bin, "send", "--to", h.addr[0]+":7401", "--messages", "5000", "--rate", "10000",
+				"--json", "--out", "", "--timeout", "20s", fmt.Sprintf("--clock-correction=%v", correct))
+			if code := send.wait(t, 30*time.Second); code != 0 {
+				t.Fatalf("send exited with %d:\n%s", code, send.stderr)
+			}
+			r := send.lastJSON(t)
+			checkExactlyOnce(t, "send", r, 5000)
+			p50 := r["latency_us"].(map[string]any)["p50"].(float64) * 1e3 // ns
+			c, _ := r["clock_correction"].(map[string]any)
+			if !correct {
+				t.Logf("uncorrected: latency p50 %v ns", p50)
+				if c["method"] != "none" || p50 < ahead*0.99 {
+					t.Errorf("uncorrected: latency p50 %v ns with correction %v; want the clocks' 3 s in it", p50, c)
+				}
+				continue
+			}
+			if c == nil || c["method"] != "ping" {
+				t.Fatalf("clock_correction %v, want the PING estimate", c)
+			}
+			lo, hi, bound := c["min_offset_ns"].(float64), c["max_offset_ns"].(float64), c["error_ns"].(float64)
+			t.Logf("serve's clock estimated %v to %v ns ahead ± %v; latency p50 %v ns", lo, hi, bound, p50)
+			if lo < ahead-bound || hi > ahead+bound || bound > 0.1*ahead {
+				t.Errorf("offsets applied %v to %v ns ± %v; serve's clock is %v ns ahead", lo, hi, bound, ahead)
+			}
+			// A message takes between nothing and well under a second
+			// here; the uncorrected clocks would add 3 s.
+			if p50 < 0 || p50 > ahead/3 {
+				t.Errorf("corrected latency p50 %v ns: the 3 s offset was not removed", p50)
+			}
+		}
+	})
+
+	// Agent A's clock is 2 s behind: in the ring each sender corrects for
+	// its receiver, in opposite directions.
+	agentA := h.start(t, a, bin, "agent", "--listen", h.addr[0]+":7500", "--clock-offset", "-2s")
 	agentB := h.start(t, b, bin, "agent", "--listen", h.addr[1]+":7500")
 	agentA.stderr.waitFor(t, "listening for coordinators")
 	agentB.stderr.waitFor(t, "listening for coordinators")
@@ -210,6 +253,17 @@ func TestAcrossNetworkNamespaces(t *testing.T) {
 		}
 		r := co.lastJSON(t)
 		checkExactlyOnce(t, "coordinate", r, 40000)
+		c, _ := r["clock_correction"].(map[string]any)
+		if c == nil || c["method"] != "ping" {
+			t.Fatalf("clock_correction %v, want the PING estimates", c)
+		}
+		lo, hi, bound := c["min_offset_ns"].(float64), c["max_offset_ns"].(float64), c["error_ns"].(float64)
+		if lo < -2e9-bound || lo > -2e9+bound || hi < 2e9-bound || hi > 2e9+bound {
+			t.Errorf("offsets applied %v to %v ns ± %v; want A's receiver 2 s behind B and B's 2 s ahead of A", lo, hi, bound)
+		}
+		if p99 := r["latency_us"].(map[string]any)["p99"].(float64); p99 > 1e6 {
+			t.Errorf("latency p99 %v µs: the clocks' 2 s were not removed", p99)
+		}
 		if r["scenario"] != "transport-distributed" {
 			t.Errorf("scenario %v", r["scenario"])
 		}

@@ -100,7 +100,8 @@ func statCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlagSet("stat", "Shows a live table of a running node's counters, read from the endpoint its\n"+
 		"--metrics flag serves (like AeronStat): per peer the messages and bytes per second, re-sends, the\n"+
 		"time senders spent blocked on credit (ms per second), unacknowledged and unsent messages, RTT and\n"+
-		"reconnects; per node the drops, injected faults and refusals; and the engine's clock and checkpoints.", stderr)
+		"reconnects, the peer's clock offset (± its error) and whether it is a slow consumer; per node the drops,\n"+
+		"injected faults, refusals and alerts; and the engine's clock and checkpoints.", stderr)
 	node := fs.String("node", "127.0.0.1:9100", "host:port of the node's --metrics endpoint")
 	interval := fs.Duration("interval", time.Second, "time between refreshes")
 	count := fs.Int("count", 0, "refresh this many times, then exit (0: until interrupted)")
@@ -266,7 +267,7 @@ func (s *snapshot) render(b *strings.Builder, prev *snapshot, addr string) {
 		if name == "" {
 			name = "node"
 		}
-		fmt.Fprintf(b, "\n%s: out %s msgs/s %s MB/s, in %s msgs/s %s MB/s; dropped stale/dup/gap %.0f/%.0f/%.0f; injected drop/ctrldrop/dup/reset %.0f/%.0f/%.0f/%.0f; refused %.0f\n",
+		fmt.Fprintf(b, "\n%s: out %s msgs/s %s MB/s, in %s msgs/s %s MB/s; dropped stale/dup/gap %.0f/%.0f/%.0f; injected drop/ctrldrop/dup/reset %.0f/%.0f/%.0f/%.0f; refused %.0f; alerts now stalled/slow %.0f/%.0f\n",
 			name,
 			s.rate(prev, 1, "sluice_messages_sent_total", nl...), s.rate(prev, 1e-6, "sluice_wire_bytes_sent_total", nl...),
 			s.rate(prev, 1, "sluice_messages_received_total", nl...), s.rate(prev, 1e-6, "sluice_wire_bytes_received_total", nl...),
@@ -274,7 +275,8 @@ func (s *snapshot) render(b *strings.Builder, prev *snapshot, addr string) {
 			s.sum("sluice_dropped_messages_total", append(nl, "cause", "gap")...),
 			s.sum("sluice_faults_injected_total", append(nl, "kind", "drop")...), s.sum("sluice_faults_injected_total", append(nl, "kind", "ctrldrop")...),
 			s.sum("sluice_faults_injected_total", append(nl, "kind", "dup")...), s.sum("sluice_faults_injected_total", append(nl, "kind", "reset")...),
-			s.sum("sluice_refused_connections_total", nl...))
+			s.sum("sluice_refused_connections_total", nl...),
+			s.sum("sluice_alerts_active", append(nl, "kind", "channel_stall")...), s.sum("sluice_alerts_active", append(nl, "kind", "slow_consumer")...))
 		var peers []string
 		for _, smp := range s.fams["sluice_peer_up"].Samples {
 			if smp.Label("node") == node {
@@ -285,7 +287,7 @@ func (s *snapshot) render(b *strings.Builder, prev *snapshot, addr string) {
 			continue
 		}
 		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "peer\tup\tmsgs/s\tMB/s\tresent/s\tblocked ms/s\tunacked\tunsent\twindow MiB\trtt ms\treconnects\t")
+		fmt.Fprintln(tw, "peer\tup\tmsgs/s\tMB/s\tresent/s\tblocked ms/s\tunacked\tunsent\twindow MiB\trtt ms\treconnects\tclock ms\tslow\t")
 		for _, p := range peers {
 			pl := []string{"node", node, "peer", p}
 			get := func(name string) float64 { v, _ := s.value(name, pl...); return v }
@@ -293,11 +295,19 @@ func (s *snapshot) render(b *strings.Builder, prev *snapshot, addr string) {
 			if v, ok := s.value("sluice_peer_rtt_seconds", pl...); ok {
 				rtt = fmt.Sprintf("%.2f", v*1e3)
 			}
-			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.1f\t%s\t%.0f\t\n", p, get("sluice_peer_up"),
+			clock := "-"
+			if v, ok := s.value("sluice_peer_clock_offset_seconds", pl...); ok {
+				clock = fmt.Sprintf("%+.3f±%.3f", v*1e3, get("sluice_peer_clock_error_seconds")*1e3)
+			}
+			slow := ""
+			if get("sluice_peer_slow_consumer") > 0 {
+				slow = "SLOW"
+			}
+			fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%.1f\t%s\t%.0f\t%s\t%s\t\n", p, get("sluice_peer_up"),
 				s.rate(prev, 1, "sluice_peer_messages_sent_total", pl...), s.rate(prev, 1e-6, "sluice_peer_wire_bytes_sent_total", pl...),
 				s.rate(prev, 1, "sluice_peer_resent_messages_total", pl...), s.rate(prev, 1e3, "sluice_peer_blocked_seconds_total", pl...),
 				get("sluice_peer_unacked_messages"), get("sluice_peer_unsent_messages"), get("sluice_peer_window_bytes")/(1<<20),
-				rtt, get("sluice_peer_reconnects_total"))
+				rtt, get("sluice_peer_reconnects_total"), clock, slow)
 		}
 		tw.Flush()
 	}

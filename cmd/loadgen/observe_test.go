@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +57,17 @@ func TestMetricsEndpointAndStatWatchARun(t *testing.T) {
 	}
 	if !strings.Contains(second, "rx:") || !strings.Contains(second, "tx:") || !strings.Contains(second, "blocked ms/s") {
 		t.Errorf("stat's table lacks a node or the back-pressure column:\n%s", second)
+	}
+	// The peer's clock: one process, so an offset of 0 within its error
+	// (to the table's microsecond).
+	clock := regexp.MustCompile(`([+-]\d+\.\d{3})±(\d+\.\d{3})`).FindStringSubmatch(second)
+	if clock == nil || !strings.Contains(second, "alerts now stalled/slow") {
+		t.Fatalf("stat's table lacks the peer's clock offset or the alerts:\n%s", second)
+	}
+	off, _ := strconv.ParseFloat(clock[1], 64)
+	bound, _ := strconv.ParseFloat(clock[2], 64)
+	if math.Abs(off) > bound+0.001 {
+		t.Errorf("the peer's clock is %v ms ± %v off in one process:\n%s", off, bound, second)
 	}
 	resp, err := http.Get("http://" + addr[1] + "/debug/pprof/")
 	if err != nil {

@@ -180,6 +180,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var sec nodeFlags
 	sec.register(fs)
 	sec.registerMetrics(fs)
+	sec.registerClockOffset(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -218,6 +219,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	messages := fs.Int64("messages", 1_000_000, "messages to send")
 	replyListen := fs.String("reply-listen", "", "address for serve's answer (default: this host's address towards --to, any port)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "give up when serve has not confirmed everything this long after the last send")
+	correct := fs.Bool("clock-correction", true, "stamp send times in serve's clock, estimated from the transport's PING round trips, so that the one-way latency serve measures does not depend on the hosts' clocks agreeing (the report states the offset and the error bound); false trusts the clocks as they are")
 	var out outputFlags
 	out.register(fs)
 	var tc transportConfig
@@ -225,6 +227,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var sec nodeFlags
 	sec.register(fs)
 	sec.registerMetrics(fs)
+	sec.registerClockOffset(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -253,7 +256,8 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		reply = net.JoinHostPort(host, "0")
 	}
-	node, err := transport.NewNode(append(secOpts, transport.WithListen(reply), transport.WithConnectionsPerPeer(tc.connections))...)
+	node, err := transport.NewNode(append(secOpts, transport.WithListen(reply), transport.WithConnectionsPerPeer(tc.connections),
+		transport.WithPingInterval(clockPing))...)
 	if err != nil {
 		return err
 	}
@@ -283,6 +287,13 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("send: is 'loadgen serve' running at %s? %w", *to, err)
 	}
+	var clock *clockCorrector
+	if *correct {
+		if clock, err = startClockCorrection(ctx, peer); err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		tc.shift = clock.shiftOf()
+	}
 	senders := make([]*transport.Sender, tc.channels)
 	for i := range senders {
 		if senders[i], err = peer.OpenSender(ctx, taskid.ID{Processor: 0, Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)}); err != nil {
@@ -297,7 +308,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	prog := bench.NewProgress(stderr, &confirmed, nil)
 	start := time.Now()
 	prog.Start()
-	src := newPayloadSource(tc.size, len(senders))
+	src := newPayloadSource(tc.size, len(senders), tc.shift)
 	target := func(ctx context.Context, i, intended int64) error {
 		ch := int(i % int64(len(senders)))
 		if err := senders[ch].Send(ctx, intended, src.next(ch, intended)); err != nil {
@@ -327,6 +338,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	elapsed := time.Since(start)
 	prog.Stop()
+	report.Clock = clock.finish()
 	ctl, err := peer.OpenSender(ctx, controlSource, controlTarget)
 	if err != nil {
 		return err
@@ -359,7 +371,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	report.ThroughputBytesPerS = float64(f.Bytes) / elapsed.Seconds()
 	ok := report.Duplicates == 0 && report.Lost == 0 && report.MessagesDelivered == res.Sent
 	report.ExactlyOnce = &ok
-	report.Notes = append(report.Notes, "latency is one-way, measured by serve against the send times in the payloads; across hosts it is only as good as their clock synchronisation",
+	report.Notes = append(report.Notes, "latency is measured by serve against the send times in the payloads; "+report.Clock.String(),
 		"wire_bytes counts what send wrote; serve's acknowledgements are not included")
 	return finishReport(report, rec, out, stdout, stderr)
 }
@@ -383,6 +395,15 @@ type nodeFlags struct {
 	socketBuffer int
 	peerBudget   int
 	metrics      string // --metrics, for the commands that registerMetrics
+	// clockOffset is --clock-offset, for the commands that
+	// registerClockOffset: a wrong clock, for tests.
+	clockOffset time.Duration
+}
+
+// registerClockOffset adds --clock-offset, for the commands that stamp or
+// measure latencies across hosts (serve, send, agent).
+func (s *nodeFlags) registerClockOffset(fs *flag.FlagSet) {
+	fs.DurationVar(&s.clockOffset, "clock-offset", 0, "for tests only: run with this process's clock (its latency stamps and its node's clock) off by this much, as on a host whose clock is wrong, to check the correction of latencies across hosts")
 }
 
 // registerMetrics adds --metrics, for the commands whose nodes it serves
@@ -451,6 +472,10 @@ func (s *nodeFlags) options() ([]transport.Option, error) {
 		return nil, fmt.Errorf("--peer-budget must be at least one full window's memory, %d bytes; got %d", least, s.peerBudget)
 	}
 	opts := []transport.Option{transport.WithSocketBuffers(s.socketBuffer), transport.WithPeerBudget(s.peerBudget)}
+	if s.clockOffset != 0 {
+		bench.SetClockOffset(s.clockOffset)
+		opts = append(opts, transport.WithClockOffset(s.clockOffset))
+	}
 	key, err := s.key()
 	if err != nil {
 		return nil, err

@@ -35,6 +35,9 @@ type transportConfig struct {
 	consumeRate float64
 	delivery    string
 	producers   int // 0: auto, see producerCount
+	// shift, when set, is what senders add to the send times they stamp,
+	// to stamp them in the receiver's clock (see clockCorrector).
+	shift *atomic.Int64
 }
 
 func (c *transportConfig) register(fs *flag.FlagSet) {
@@ -43,7 +46,7 @@ func (c *transportConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.rate, "rate", 0, "messages per second over all channels; 0 sends as fast as the transport allows")
 	fs.IntVar(&c.channels, "channels", 1, "channels (source task -> target task) to spread the load over")
 	fs.IntVar(&c.connections, "connections", 1, "TCP connections between the two nodes")
-	fs.StringVar(&c.faults, "faults", "", "faults to inject, e.g. drop=0.05,ctrldrop=0.05,dup=0.01,reset=2s")
+	fs.StringVar(&c.faults, "faults", "", "faults to inject, e.g. drop=0.05,ctrldrop=0.05,dup=0.01,reset=2s,delay=2ms,jitter=1ms,bw=10MB,ge=0.01:0.3:0.5,partition=3s@5s (see transport.ParseFaults)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the fault generator")
 	fs.Float64Var(&c.consumeRate, "consume-rate", 0, "messages per second the receiving tasks consume at most, over all channels; 0: no limit")
 	fs.IntVar(&c.producers, "producers", 0, "goroutines sending at --rate 0, each to its share of the channels; 0: half the cores (at least one), leaving the rest to the transport's event loops")
@@ -202,11 +205,13 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 		return nil, nil, err
 	}
 	if len(rest) > 0 {
-		return nil, nil, fmt.Errorf("faults %s are not transport faults; the transport scenario takes drop, ctrldrop, dup and reset", strings.Join(rest, ","))
+		return nil, nil, fmt.Errorf("faults %s are not transport faults; the transport scenario takes drop, ctrldrop, dup, reset, delay, jitter, bw, ge and partition", strings.Join(rest, ","))
 	}
 	rxFaults := faults
 	rxFaults.Seed = cfg.seed + 0x9e3779b97f4a7c15
 	rxFaults.Reset = 0 // one side resets, or every reset would count twice
+	// One side partitions: it cuts the connection both ways.
+	rxFaults.PartitionAt, rxFaults.PartitionFor = 0, 0
 	rx, err := transport.NewNode(append([]transport.Option{transport.WithListen("127.0.0.1:0"), transport.WithFaults(rxFaults)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
@@ -323,35 +328,45 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	return report, rec, nil
 }
 
-// markFaults marks each connection reset the nodes inject on the run's
-// timeline, as it happens (drops and duplicates are too many to mark; the
-// report counts them). It returns the function that stops it.
+// markFaults marks on the run's timeline each connection reset the nodes
+// inject and when a partition started and healed, as they happen (drops,
+// duplicates and delays are too many to mark; the report counts them). It
+// returns the function that stops it.
 func markFaults(prog *bench.Progress, nodes ...*transport.Node) func() {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(100 * time.Millisecond)
+		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
-		var last transport.FaultStats
+		var resets uint64
+		started := make([]bool, len(nodes))
+		healed := make([]bool, len(nodes))
 		for {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
 			}
-			var now transport.FaultStats
-			for _, n := range nodes {
+			var now uint64
+			for i, n := range nodes {
 				f := n.Stats().Faults
-				now.DataDropped += f.DataDropped
-				now.CtrlDropped += f.CtrlDropped
-				now.Duplicated += f.Duplicated
-				now.Resets += f.Resets
+				now += f.Resets
+				if p := n.Faults().PartitionFor; p > 0 {
+					if !started[i] && f.PartitionTime > 0 {
+						started[i] = true
+						prog.Mark("partition", fmt.Sprintf("partition of %v began", p))
+					}
+					if !healed[i] && f.PartitionTime == p {
+						healed[i] = true
+						prog.Mark("heal", "the partition healed")
+					}
+				}
 			}
-			for range now.Resets - last.Resets {
+			for range now - resets {
 				prog.Mark("reset", "connection reset by the fault injector")
 			}
-			last = now
+			resets = now
 		}
 	}()
 	return func() { close(stop); <-done }
@@ -360,12 +375,15 @@ func markFaults(prog *bench.Progress, nodes ...*transport.Node) func() {
 func drainTimeout(transportConfig) time.Duration { return 2 * time.Minute }
 
 func faultMap(stats ...transport.FaultStats) map[string]int64 {
-	m := map[string]int64{}
-	for _, s := range stats {
-		m["drop"] += int64(s.DataDropped)
-		m["ctrldrop"] += int64(s.CtrlDropped)
-		m["dup"] += int64(s.Duplicated)
-		m["reset"] += int64(s.Resets)
+	var s transport.FaultStats
+	for _, f := range stats {
+		s = s.Add(f)
+	}
+	m := map[string]int64{
+		"drop": int64(s.DataDropped), "ctrldrop": int64(s.CtrlDropped), "dup": int64(s.Duplicated),
+		"reset": int64(s.Resets), "ge_drop": int64(s.GEDropped), "delayed": int64(s.Delayed),
+		"throttled_bytes": int64(s.Throttled), "partition_held": int64(s.PartitionHeld),
+		"partition_reads": int64(s.PartitionReads), "partition_ms": s.PartitionTime.Milliseconds(),
 	}
 	for k, v := range m {
 		if v == 0 {
@@ -379,22 +397,32 @@ func faultMap(stats ...transport.FaultStats) map[string]int64 {
 }
 
 // payloadSource builds payloads: the intended send time, the channel's next
-// sequence number, then filler.
+// sequence number, then filler. Across hosts the send time is stamped in
+// the receiver's clock: shifted by the offset a clockCorrector keeps.
 type payloadSource struct {
-	buf  []byte
-	seqs []uint64
+	buf   []byte
+	seqs  []uint64
+	shift *atomic.Int64 // nil: one clock
 }
 
-func newPayloadSource(size, channels int) *payloadSource {
+func newPayloadSource(size, channels int, shift *atomic.Int64) *payloadSource {
 	b := make([]byte, size)
 	for i := headerLen; i < size; i++ {
 		b[i] = byte('a' + i%26)
 	}
-	return &payloadSource{buf: b, seqs: make([]uint64, channels)}
+	return &payloadSource{buf: b, seqs: make([]uint64, channels), shift: shift}
+}
+
+// sendTime is intended in the receiver's clock.
+func (p *payloadSource) sendTime(intended int64) uint64 {
+	if p.shift != nil {
+		intended += p.shift.Load()
+	}
+	return uint64(intended)
 }
 
 func (p *payloadSource) next(ch int, intended int64) []byte {
-	bench.Stamp(p.buf, intended, p.seqs[ch])
+	bench.Stamp(p.buf, int64(p.sendTime(intended)), p.seqs[ch])
 	return p.buf
 }
 
@@ -412,7 +440,7 @@ func (p *payloadSource) newRun(n int) []transport.Message {
 func (p *payloadSource) stamp(run []transport.Message, ch int, intended int64) {
 	for i := range run {
 		run[i].Ts = intended
-		bench.Stamp(run[i].Payload, intended, p.seqs[ch]+uint64(i))
+		bench.Stamp(run[i].Payload, int64(p.sendTime(intended)), p.seqs[ch]+uint64(i))
 	}
 }
 
@@ -420,7 +448,7 @@ func (p *payloadSource) stamp(run []transport.Message, ch int, intended int64) {
 // channel i mod channels, measuring latency from that time. The driver's
 // Result says how far it fell behind its schedule.
 func sendFixedRate(ctx context.Context, cfg transportConfig, senders []*transport.Sender) (bench.Result, error) {
-	src := newPayloadSource(cfg.size, len(senders))
+	src := newPayloadSource(cfg.size, len(senders), cfg.shift)
 	// The driver sleeps on timers and sends what fell due in a burst rather
 	// than spinning: on two cores a spinning driver takes the CPU the
 	// transport's loops need, which shows as latency in what it measures.
@@ -461,7 +489,7 @@ func sendMaxRate(ctx context.Context, cfg transportConfig, senders []*transport.
 			for i := p; i < len(senders); i += producers {
 				mine = append(mine, i)
 			}
-			src := newPayloadSource(cfg.size, len(senders))
+			src := newPayloadSource(cfg.size, len(senders), cfg.shift)
 			run := src.newRun(burst - 1)
 			var n int64
 			defer func() { total.Add(n) }()

@@ -140,3 +140,42 @@ func TestProducerCount(t *testing.T) {
 		t.Errorf("--producers -1: %v, want an error naming the flag", err)
 	}
 }
+
+// A transport run with a partition marks on its timeline when the partition
+// began and when it healed, and every message still arrives once; the other
+// new faults are counted in the report.
+func TestTransportRunMarksThePartitionOnItsTimeline(t *testing.T) {
+	cfg := transportConfig{size: 100, duration: time.Second, rate: 20000, channels: 4, connections: 1, seed: 3,
+		faults: "delay=1ms,jitter=500us,ge=0.01:0.3:0.5,partition=300ms@300ms", delivery: "auto"}
+	r, _, err := runTransport(t.Context(), cfg, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ExactlyOnce == nil || !*r.ExactlyOnce {
+		t.Fatalf("not exactly once: sent %d, delivered %d, %d lost, %d duplicates", r.MessagesSent, r.MessagesDelivered, r.Lost, r.Duplicates)
+	}
+	var began, healed float64
+	for _, e := range r.Events {
+		switch e.Kind {
+		case "partition":
+			began = e.T
+		case "heal":
+			healed = e.T
+		}
+	}
+	if began == 0 || healed <= began {
+		t.Errorf("events %+v: want a partition then its heal", r.Events)
+	}
+	for _, k := range []string{"delayed", "partition_held", "partition_ms"} {
+		if r.Faults[k] == 0 {
+			t.Errorf("the report's faults %v count no %s", r.Faults, k)
+		}
+	}
+	var svg strings.Builder
+	if err := bench.WriteTimelineSVG(&svg, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(svg.String(), ">partition<") || !strings.Contains(svg.String(), ">heal<") {
+		t.Error("timeline.svg does not label the partition and its heal")
+	}
+}

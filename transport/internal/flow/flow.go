@@ -123,6 +123,10 @@ func (s *Source) Ready() bool {
 // and their payload bytes.
 func (s *Source) Retained() (msgs, bytes int) { return s.win.Retained() }
 
+// Progress returns the sequence number up to which messages have been
+// acknowledged and the next one to be pushed.
+func (s *Source) Progress() (acked, next uint64) { return s.win.Acked(), s.win.NextSeq() }
+
 // Drained reports whether every message pushed has been acknowledged.
 func (s *Source) Drained() bool { return s.win.Acked() == s.win.NextSeq() }
 

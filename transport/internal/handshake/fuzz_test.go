@@ -87,7 +87,7 @@ func FuzzHandshake(f *testing.F) {
 			in := peer.Start()
 			s, _ := peer.Feed(me.Start())
 			in = append(in, s.Out...)
-			in = wire.AppendPing(in, 1)
+			in = wire.AppendPing(in, 1, 0)
 			for cut := 0; cut <= len(in); cut += 7 {
 				f.Add(in, uint16(cut), uint16(cut/2), withKey, dialer)
 			}

@@ -221,7 +221,7 @@ func TestAGoAwayDuringTheHandshakeEndsIt(t *testing.T) {
 
 func TestFramesAfterTheHandshakeAreLeftForTheConnection(t *testing.T) {
 	in := wire.AppendPreface(nil, wire.Preface{NodeID: 9})
-	in = wire.AppendPing(in, 5)
+	in = wire.AppendPing(in, 5, 0)
 	m := New(Config{NodeID: 1})
 	s, err := m.Feed(in)
 	if err != nil || !s.Done || s.Consumed != wire.PrefaceLen || m.Peer().NodeID != 9 || m.Authenticated() {

@@ -1,0 +1,250 @@
+// The node's health check, run by its timer goroutine, warns in the log
+// about what an operator should look at, like NATS's slow consumers and
+// Gearpump's health check:
+//
+//   - A channel stalls when its clock has not advanced for the stall alert's
+//     time while it has messages unacknowledged. A channel's clock, in the
+//     transport, is its acknowledged progress: the sequence number up to
+//     which its target has acknowledged, which advances as the target task
+//     consumes (a receiver acknowledges what its task has consumed). The
+//     transport carries timestamps without reading them; the engine's clocks
+//     are built from them.
+//   - A peer is a slow consumer when, over one slow-consumer interval,
+//     senders were waiting for its credit (Send, SendRun or WaitCredit found
+//     no room in a window or the peer budget) for more than half of the
+//     time; it recovers after an interval in which they waited less than a
+//     quarter of it. The gap between the two keeps a peer at the edge from
+//     flapping.
+//
+// Each alert writes one line when it starts (a warning) and one when it
+// clears, never one per check, and is counted in [Stats].Alerts.
+
+package transport
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of [WithStallAlert] and [WithSlowConsumerAlert].
+const (
+	DefaultStallAlert        = 10 * time.Second
+	DefaultSlowConsumerAlert = 5 * time.Second
+)
+
+// AlertStats counts the node's alerts.
+type AlertStats struct {
+	// ChannelStalls counts the times a channel began to stall; Stalled is
+	// how many stall now.
+	ChannelStalls uint64 `json:"channel_stalls"`
+	Stalled       int    `json:"stalled_channels"`
+	// SlowConsumers counts the times a peer became a slow consumer; Slow is
+	// how many are now.
+	SlowConsumers uint64 `json:"slow_consumers"`
+	Slow          int    `json:"slow_peers"`
+}
+
+// health is the state of the node's health check: the timer goroutine's
+// alone, but for the counters.
+type health struct {
+	next    int64 // when to check next
+	stalled map[*channel]struct{}
+	slow    map[*Peer]struct{}
+
+	stalls, slows atomic.Uint64
+	nStalled      atomic.Int64
+	nSlow         atomic.Int64
+}
+
+// checkEvery is how often the health check looks: a tenth of the shorter
+// alert time, within [10 ms, 1 s], so that an alert starts at most a tenth
+// late, and 10,000 channels are not visited every few milliseconds.
+func (n *Node) checkEvery() time.Duration {
+	d := time.Duration(0)
+	for _, a := range []time.Duration{n.o.stallAlert, n.o.slowAlert} {
+		if a > 0 && (d == 0 || a < d) {
+			d = a
+		}
+	}
+	return min(max(d/10, 10*time.Millisecond), time.Second)
+}
+
+// checkHealth runs the health check if it is due. Timer goroutine only.
+func (n *Node) checkHealth(now int64) {
+	h := &n.health
+	if (n.o.stallAlert <= 0 && n.o.slowAlert <= 0) || now < h.next {
+		return
+	}
+	h.next = now + int64(n.checkEvery())
+	// Channels closed and peers gone while alerting clear with them.
+	for ch := range h.stalled {
+		ch.mu.Lock()
+		closed := ch.mu.closed
+		ch.mu.Unlock()
+		if closed {
+			n.clearStall(ch, now, "the channel closed")
+		}
+	}
+	for p := range h.slow {
+		p.mu.Lock()
+		closed := p.mu.closed
+		p.mu.Unlock()
+		if closed {
+			p.slow.Store(false)
+			delete(h.slow, p)
+			h.nSlow.Add(-1)
+		}
+	}
+	for _, p := range n.peers() {
+		if n.o.slowAlert > 0 {
+			n.checkSlow(p, now)
+		}
+		if n.o.stallAlert <= 0 {
+			continue
+		}
+		p.mu.Lock()
+		chans := make([]*channel, 0, len(p.mu.channels))
+		for _, ch := range p.mu.channels {
+			chans = append(chans, ch)
+		}
+		p.mu.Unlock()
+		for _, ch := range chans {
+			n.checkStall(ch, now)
+		}
+	}
+}
+
+// checkStall looks whether ch's acknowledged progress moved. Timer
+// goroutine only.
+func (n *Node) checkStall(ch *channel, now int64) {
+	ch.mu.Lock()
+	acked, next := ch.mu.src.Progress()
+	closed := ch.mu.closed
+	ch.mu.Unlock()
+	hs := &ch.health
+	if closed {
+		return // cleared above, if it was stalled
+	}
+	if acked != hs.acked || acked == next {
+		if ch.stalled.Load() {
+			n.clearStall(ch, now, "")
+		}
+		hs.acked, hs.since = acked, now
+		return
+	}
+	if hs.since == 0 {
+		hs.since = now
+	}
+	if ch.stalled.Load() || now-hs.since < int64(n.o.stallAlert) {
+		return
+	}
+	ch.stalled.Store(true)
+	n.health.stalled[ch] = struct{}{}
+	n.health.stalls.Add(1)
+	n.health.nStalled.Add(1)
+	n.log.Warn("sluice: channel stalled: its target has acknowledged nothing for a while and messages wait",
+		"channel", ch.key.String(), "peer", ch.peer.addr, "for", time.Duration(now-hs.since).Round(time.Millisecond),
+		"unacked", next-acked, "acked_seq", acked)
+}
+
+func (n *Node) clearStall(ch *channel, now int64, why string) {
+	ch.stalled.Store(false)
+	delete(n.health.stalled, ch)
+	n.health.nStalled.Add(-1)
+	msg := "sluice: channel stall cleared: its target acknowledges again"
+	if why != "" {
+		msg = "sluice: channel stall cleared: " + why
+	}
+	n.log.Info(msg, "channel", ch.key.String(), "peer", ch.peer.addr,
+		"after", time.Duration(now-ch.health.since).Round(time.Millisecond))
+}
+
+// checkSlow ends p's slow-consumer interval if it is over. Timer goroutine
+// only.
+func (n *Node) checkSlow(p *Peer, now int64) {
+	hs := &p.health
+	waited := p.credit.waitedBy(now)
+	if hs.start == 0 {
+		hs.start, hs.waited = now, waited
+		return
+	}
+	span := now - hs.start
+	if span < int64(n.o.slowAlert) {
+		return
+	}
+	share := float64(waited-hs.waited) / float64(span)
+	hs.start, hs.waited = now, waited
+	switch slow := p.slow.Load(); {
+	case !slow && share > 0.5:
+		p.slow.Store(true)
+		n.health.slow[p] = struct{}{}
+		n.health.slows.Add(1)
+		n.health.nSlow.Add(1)
+		n.log.Warn("sluice: slow consumer: senders waited for the peer's credit most of the time",
+			"peer", p.addr, "waited", fmt.Sprintf("%.0f%%", 100*share), "of", time.Duration(span).Round(time.Millisecond))
+	case slow && share < 0.25:
+		p.slow.Store(false)
+		delete(n.health.slow, p)
+		n.health.nSlow.Add(-1)
+		n.log.Info("sluice: slow consumer cleared: senders wait for the peer's credit little again",
+			"peer", p.addr, "waited", fmt.Sprintf("%.0f%%", 100*share), "of", time.Duration(span).Round(time.Millisecond))
+	}
+}
+
+func (h *health) snapshot() AlertStats {
+	return AlertStats{
+		ChannelStalls: h.stalls.Load(), Stalled: int(h.nStalled.Load()),
+		SlowConsumers: h.slows.Load(), Slow: int(h.nSlow.Load()),
+	}
+}
+
+// chanHealth is a channel's health-check state; timer goroutine only.
+type chanHealth struct {
+	acked uint64 // acknowledged progress when last seen to move
+	since int64  // when it was last seen to move
+}
+
+// peerHealth is a peer's slow-consumer interval; timer goroutine only.
+type peerHealth struct {
+	start  int64 // when the interval began
+	waited int64 // creditWaits.waitedBy then
+}
+
+// creditWaits measures how long at least one sender was waiting for a
+// peer's credit: the time in which the count of waiting senders was above
+// zero, those in progress included.
+type creditWaits struct {
+	mu      sync.Mutex
+	waiters int
+	since   int64 // when waiters last became non-zero
+	total   int64 // ns with waiters > 0, up to since
+}
+
+func (w *creditWaits) begin(now int64) {
+	w.mu.Lock()
+	if w.waiters == 0 {
+		w.since = now
+	}
+	w.waiters++
+	w.mu.Unlock()
+}
+
+func (w *creditWaits) end(now int64) {
+	w.mu.Lock()
+	if w.waiters--; w.waiters == 0 {
+		w.total += now - w.since
+	}
+	w.mu.Unlock()
+}
+
+// waitedBy returns the time senders were waiting up to now.
+func (w *creditWaits) waitedBy(now int64) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.waiters > 0 {
+		return w.total + now - w.since
+	}
+	return w.total
+}

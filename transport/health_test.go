@@ -1,0 +1,236 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/taskid"
+)
+
+// logRecorder is a slog.Handler that keeps every record's level, message
+// and attributes, one line each.
+type logRecorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler            { return l }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s", r.Level, r.Message)
+	r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%v", a.Key, a.Value); return true })
+	l.mu.Lock()
+	l.lines = append(l.lines, b.String())
+	l.mu.Unlock()
+	return nil
+}
+
+// count returns how many lines contain every one of parts.
+func (l *logRecorder) count(parts ...string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+next:
+	for _, line := range l.lines {
+		for _, p := range parts {
+			if !strings.Contains(line, p) {
+				continue next
+			}
+		}
+		n++
+	}
+	return n
+}
+
+func (l *logRecorder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// waitFor waits until cond holds, failing after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A consumer that stops consuming stalls its channels (their acknowledged
+// progress stands still with messages waiting) and makes its peer a slow
+// consumer (the senders wait for credit all the time): each alert writes
+// one warning, however long it lasts, is counted and shows in the stats;
+// when the consumer resumes and the senders are done, each clears with one
+// line.
+func TestAStalledConsumerRaisesAndClearsBothAlerts(t *testing.T) {
+	const alert = 150 * time.Millisecond
+	logs := &logRecorder{}
+	rx, tx, p := newPair(t, nil, []Option{WithLogger(slog.New(logs)), WithStallAlert(alert), WithSlowConsumerAlert(alert)})
+	gate := make(chan struct{})
+	rx.HandleAll(func(taskid.ID) Handler {
+		return func(taskid.Channel, uint64, []Message) { <-gate }
+	})
+	ctx := ctxT(t, 30*time.Second)
+	const channels, perChannel = 2, 20000 // far more than a window: the senders block
+	var wg sync.WaitGroup
+	errs := make(chan error, channels)
+	var senders []*Sender
+	for i := range channels {
+		s, err := p.OpenSender(ctx, taskid.ID{Index: uint32(i)}, taskid.ID{Processor: 1, Index: uint32(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		senders = append(senders, s)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range perChannel {
+				if err := s.Send(ctx, int64(k), payload(uint64(k), 100)); err != nil {
+					errs <- err
+					return
+				}
+			}
+			if err := s.Flush(ctx); err != nil {
+				errs <- err
+			}
+		}()
+	}
+
+	waitFor(t, 10*time.Second, "both alerts", func() bool {
+		a := tx.Stats().Alerts
+		return a.Stalled == channels && a.Slow == 1
+	})
+	// Let them last several checks and intervals: still one line each.
+	time.Sleep(5 * alert)
+	if n := logs.count("WARN", "channel stalled"); n != channels {
+		t.Errorf("%d stall warnings for %d stalled channels:\n%s", n, channels, logs)
+	}
+	if n := logs.count("WARN", "slow consumer", "peer="+rx.Addr()); n != 1 {
+		t.Errorf("%d slow-consumer warnings, want 1:\n%s", n, logs)
+	}
+	for _, s := range senders {
+		if st := s.Stats(); !st.Stalled || st.Unacked == 0 {
+			t.Errorf("channel %v: stalled %v with %d unacked, want stalled with messages waiting", s.Channel(), st.Stalled, st.Unacked)
+		}
+	}
+	if ps := tx.Stats().Peers[0]; !ps.SlowConsumer {
+		t.Error("the peer is not shown as a slow consumer")
+	}
+
+	close(gate) // the consumer resumes
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "both alerts to clear", func() bool {
+		a := tx.Stats().Alerts
+		return a.Stalled == 0 && a.Slow == 0
+	})
+	a := tx.Stats().Alerts
+	if a.ChannelStalls != channels || a.SlowConsumers != 1 {
+		t.Errorf("alerts %+v: want %d channel stalls and one slow consumer, counted once each", a, channels)
+	}
+	if n := logs.count("channel stall cleared"); n != channels {
+		t.Errorf("%d stall clearings for %d channels:\n%s", n, channels, logs)
+	}
+	if n := logs.count("slow consumer cleared"); n != 1 {
+		t.Errorf("%d slow-consumer clearings, want 1:\n%s", n, logs)
+	}
+	if ps := tx.Stats().Peers[0]; ps.SlowConsumer {
+		t.Error("the peer is still shown as a slow consumer")
+	}
+}
+
+// A busy consumer that keeps up raises neither alert: its channels'
+// progress moves and its senders rarely wait.
+func TestAConsumerThatKeepsUpRaisesNoAlert(t *testing.T) {
+	const alert = 50 * time.Millisecond
+	logs := &logRecorder{}
+	rx, tx, p := newPair(t, nil, []Option{WithLogger(slog.New(logs)), WithStallAlert(alert), WithSlowConsumerAlert(alert)})
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	ctx := ctxT(t, 30*time.Second)
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 300 { // 300 ms at one message a millisecond
+		if err := s.Send(ctx, int64(k), payload(uint64(k), 100)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	col.check(t, 300)
+	if a := tx.Stats().Alerts; a != (AlertStats{}) {
+		t.Errorf("alerts %+v for a consumer that keeps up:\n%s", a, logs)
+	}
+}
+
+func TestAlertOptionsMustNotBeNegative(t *testing.T) {
+	for _, o := range []Option{WithStallAlert(-time.Second), WithSlowConsumerAlert(-time.Second), WithPingInterval(-time.Second)} {
+		if n, err := NewNode(o); err == nil {
+			n.Abort()
+			t.Error("a negative alert time or ping interval was accepted")
+		}
+	}
+}
+
+// A stalled channel that is closed clears its alert, saying so, and the
+// clearing line says how long the stall lasted.
+func TestClosingAStalledChannelClearsItsAlert(t *testing.T) {
+	const alert = 100 * time.Millisecond
+	logs := &logRecorder{}
+	rx, tx, p := newPair(t, nil, []Option{WithLogger(slog.New(logs)), WithStallAlert(alert), WithSlowConsumerAlert(0)})
+	gate := make(chan struct{})
+	defer close(gate)
+	rx.HandleAll(func(taskid.ID) Handler {
+		return func(taskid.Channel, uint64, []Message) { <-gate }
+	})
+	ctx := ctxT(t, 30*time.Second)
+	start := time.Now() // before the channel exists, so before its stall began
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 10 {
+		if err := s.TrySend(int64(k), payload(uint64(k), 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the stall", func() bool { return tx.Stats().Alerts.Stalled == 1 })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the stall to clear", func() bool { return tx.Stats().Alerts.Stalled == 0 })
+	lasted := time.Since(start)
+	if n := logs.count("INFO", "channel stall cleared: the channel closed"); n != 1 {
+		t.Fatalf("%d clearing lines for the closed channel, want 1:\n%s", n, logs)
+	}
+	var after time.Duration
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if _, a, ok := strings.Cut(line, "after="); ok && strings.Contains(line, "cleared") {
+			after, _ = time.ParseDuration(a)
+		}
+	}
+	if after < alert || after > lasted {
+		t.Errorf("the stall is said to have lasted %v; it began at least %v before it was seen and ended within %v", after, alert, lasted)
+	}
+	if a := tx.Stats().Alerts; a.ChannelStalls != 1 || a.SlowConsumers != 0 {
+		t.Errorf("alerts %+v, want one stall and no slow consumer (that alert is off)", a)
+	}
+}
