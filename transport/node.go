@@ -181,8 +181,7 @@ func (n *Node) run(nc net.Conn, c *conn) error {
 		l.start(c.opening())
 		return nil
 	}
-	n.links.Add(1) // done by the close callback, which follows every open one
-	err := n.loops.enroll(nc, c)
+	err := n.loops.enroll(nc, c) // links counts c since track
 	if err == nil && !c.enrolled {
 		err = errors.New("transport: the event loop did not take the connection")
 	}
@@ -385,6 +384,11 @@ func (n *Node) Peer(addr string) (*Peer, error) {
 	return p, nil
 }
 
+// track counts c among the node's connections, unless the node is
+// closing. On gnet it also counts c in links, under mu, so that shutdown,
+// which sets closed before it waits for links, never waits while a
+// connection is being added: the close callback that follows every open
+// one gives it back (or run, if the loop never took the connection).
 func (n *Node) track(c *conn) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -392,6 +396,9 @@ func (n *Node) track(c *conn) bool {
 		return false
 	}
 	n.mu.conns[c] = struct{}{}
+	if n.loops != nil {
+		n.links.Add(1)
+	}
 	return true
 }
 
