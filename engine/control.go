@@ -142,6 +142,10 @@ type handle interface {
 	do(ctx context.Context, req Request) (Response, error)
 	addr() string
 	alive() bool
+	// life counts the node's starts: it changes with every restart.
+	life() uint64
+	// kill ends the node's process abruptly; it fails, killing nothing,
+	// when the node is already down.
 	kill() error
 	restart(ctx context.Context) error
 	close()
@@ -156,6 +160,7 @@ type localHandle struct {
 	events chan<- Event
 	w      atomic.Pointer[Worker]
 	dead   atomic.Bool
+	lives  atomic.Uint64
 	stop   chan struct{}
 }
 
@@ -181,14 +186,18 @@ func (h *localHandle) do(ctx context.Context, req Request) (Response, error) {
 
 func (h *localHandle) addr() string { return h.cfg.Listen }
 func (h *localHandle) alive() bool  { return !h.dead.Load() }
+func (h *localHandle) life() uint64 { return h.lives.Load() }
+
+// errDown is kill's answer for a node that is already down.
+var errDown = errors.New("engine: node is already down")
 
 func (h *localHandle) kill() error {
 	if h.dead.Swap(true) {
-		return nil
+		return errDown
 	}
 	close(h.stop)
 	h.w.Load().Close()
-	h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: "killed"}
+	h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: "killed", Node: h.node, Life: h.life()}
 	return nil
 }
 
@@ -200,6 +209,7 @@ func (h *localHandle) restart(ctx context.Context) error {
 	h.cfg.Listen = w.Addr() // keep the port across restarts
 	h.w.Store(w)
 	h.stop = make(chan struct{})
+	h.lives.Add(1)
 	h.dead.Store(false)
 	go func(w *Worker, stop chan struct{}) {
 		for {
@@ -242,6 +252,7 @@ type processHandle struct {
 		pending map[uint64]chan Response
 		nextID  uint64
 		dead    bool
+		life    uint64
 	}
 }
 
@@ -299,12 +310,14 @@ func (h *processHandle) restart(ctx context.Context) error {
 	h.mu.Lock()
 	h.mu.cmd, h.mu.stdin, h.mu.dead, h.mu.exited = cmd, stdin, false, exited
 	h.mu.pending = map[uint64]chan Response{}
+	h.mu.life++
+	life := h.mu.life
 	h.mu.Unlock()
-	go h.read(cmd, sc, exited)
+	go h.read(cmd, sc, exited, life)
 	return nil
 }
 
-func (h *processHandle) read(cmd *exec.Cmd, sc *bufio.Scanner, exited chan struct{}) {
+func (h *processHandle) read(cmd *exec.Cmd, sc *bufio.Scanner, exited chan struct{}, life uint64) {
 	defer close(exited)
 	for sc.Scan() {
 		var r Response
@@ -335,7 +348,8 @@ func (h *processHandle) read(cmd *exec.Cmd, sc *bufio.Scanner, exited chan struc
 	}
 	h.mu.Unlock()
 	if !wasDead {
-		h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: "process exited: " + cmd.ProcessState.String()}
+		h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: "process exited: " + cmd.ProcessState.String(),
+			Node: h.node, Life: life}
 	}
 }
 
@@ -380,11 +394,24 @@ func (h *processHandle) alive() bool {
 	return !h.mu.dead
 }
 
+func (h *processHandle) life() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mu.life
+}
+
 func (h *processHandle) kill() error {
 	h.mu.Lock()
-	cmd := h.mu.cmd
+	cmd, dead, exited := h.mu.cmd, h.mu.dead, h.mu.exited
 	h.mu.Unlock()
-	return cmd.Process.Kill()
+	if dead {
+		return errDown
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		return err
+	}
+	<-exited // the handle is down when kill returns
+	return nil
 }
 
 func (h *processHandle) close() {

@@ -98,7 +98,12 @@ type Result struct {
 	// RecoveryTimes is, per recovery, the time from the failure being
 	// noticed to the new generation running.
 	RecoveryTimes []time.Duration
-	Transport     transport.FaultStats
+	// LostTimes is, per failure, the wall time the job lost to it: from
+	// the failure being noticed until the global clock passed the highest
+	// value it had reached before, or until the next failure if that came
+	// first. Their sum is the time the job spent redoing work.
+	LostTimes []time.Duration
+	Transport transport.FaultStats
 	// WireBytes is what the workers' transport nodes wrote to their
 	// sockets, as of their last clock round (0 when every edge was
 	// chained).
@@ -118,8 +123,20 @@ type Coordinator struct {
 	handles   []handle
 	rng       *rand.Rand
 
-	// the checkpoint schedule of the running generation
-	target, horizon, interval int64
+	// The checkpoint schedule: interval is learned, the timestamp units
+	// the global clock advances in CheckpointEvery of wall time; step is
+	// the running generation's distance between checkpoints, which starts
+	// small after a recovery and doubles up to its limit.
+	target, horizon, interval, step int64
+	// failures is the liveness bookkeeping: when the last failure was
+	// noticed, the gap before it, and the time lost to it while the
+	// global clock has not yet come back to where it was.
+	failures struct {
+		last time.Time
+		gap  time.Duration
+		high int64 // the highest global clock seen in any generation
+		lost *lost // the last failure, until the clock passes its mark
+	}
 	// the fault schedules
 	crashes, kills faultSchedule
 
@@ -309,6 +326,10 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 	var failedAt time.Time
 	for {
 		gen++
+		// Events left from the generation that failed are old news: a
+		// task's carries its generation, a node's death shows as a handle
+		// that is not alive.
+		c.drainEvents()
 		// Restart nodes that died, then find the newest common checkpoint.
 		for i, h := range c.handles {
 			if !h.alive() {
@@ -329,7 +350,7 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			}
 			var results map[string][]byte
 			before := res.Checkpoints
-			results, err = c.drive(ctx, gen, restore, has, res)
+			results, err = c.drive(ctx, gen, res)
 			if res.Checkpoints > before {
 				backoff = c.cfg.Restart.MinBackoff // the last generation made progress
 			}
@@ -344,15 +365,15 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			return nil, ctx.Err()
 		}
 		failedAt = time.Now()
+		c.failed(failedAt, res)
 		c.event("failure", err.Error())
-		now := time.Now()
 		keep := restarts[:0]
 		for _, t := range restarts {
-			if now.Sub(t) < c.cfg.Restart.Window {
+			if failedAt.Sub(t) < c.cfg.Restart.Window {
 				keep = append(keep, t)
 			}
 		}
-		restarts = append(keep, now)
+		restarts = append(keep, failedAt)
 		if len(restarts) > c.cfg.Restart.MaxRestarts {
 			c.totals(res)
 			return nil, fmt.Errorf("%w: %d failures within %v, the last: %v", ErrRestartsExhausted,
@@ -369,6 +390,94 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 		backoff = min(2*backoff, c.cfg.Restart.MaxBackoff)
 		c.event("recovery", fmt.Sprintf("generation %d", gen+1))
 	}
+}
+
+// drainEvents throws away the events waiting between two generations.
+func (c *Coordinator) drainEvents() {
+	for {
+		select {
+		case <-c.events:
+		default:
+			return
+		}
+	}
+}
+
+// stale says whether ev is old news for generation gen: a task failure of
+// another generation, or the death of a process already replaced.
+func (c *Coordinator) stale(ev Event, gen uint64) bool {
+	if ev.Gen != 0 {
+		return ev.Gen != gen
+	}
+	if ev.Node < 0 || ev.Node >= len(c.handles) {
+		return true
+	}
+	return ev.Life != c.handles[ev.Node].life()
+}
+
+// lost is a failure whose cost is still being counted: the job has lost
+// the time since at until the global clock passes mark.
+type lost struct {
+	at   time.Time
+	mark int64
+}
+
+// failed notes a failure at now: it ends the count of the previous
+// failure's lost time if the clock had not yet caught up, starts this
+// one's, and remembers the gap between failures, which bounds how far
+// apart checkpoints may be (see every).
+func (c *Coordinator) failed(now time.Time, res *Result) {
+	f := &c.failures
+	if f.lost != nil {
+		res.LostTimes = append(res.LostTimes, now.Sub(f.lost.at))
+	}
+	f.lost = &lost{at: now, mark: f.high}
+	if !f.last.IsZero() {
+		f.gap = now.Sub(f.last)
+	}
+	f.last = now
+}
+
+// progressed records the global clock m of a round: the lost time of the
+// last failure ends once m passes the highest clock seen before it.
+func (c *Coordinator) progressed(m int64, now time.Time, res *Result) {
+	f := &c.failures
+	if m == clock.Start {
+		return
+	}
+	if f.lost != nil && m > f.lost.mark {
+		res.LostTimes = append(res.LostTimes, now.Sub(f.lost.at))
+		f.lost = nil
+	}
+	if m != clock.Idle {
+		f.high = max(f.high, m)
+	}
+}
+
+// rampStart is how much smaller than the learned interval the first step
+// after a recovery is: the first checkpoint then completes soon after the
+// recovery, whatever the failures' rate, and each later one, twice as far
+// apart, keeps a larger share of the work done since (see limit).
+const rampStart = 64
+
+// every is the wall time checkpoints aim to be apart: CheckpointEvery, or
+// a quarter of the time between the last two failures when failures come
+// more often (or of the time since the last one, once that is longer), so
+// that several checkpoints complete between two failures.
+func (c *Coordinator) every(now time.Time) time.Duration {
+	e := c.cfg.CheckpointEvery
+	if f := &c.failures; f.gap > 0 {
+		if q := max(now.Sub(f.last), f.gap) / 4; q < e {
+			e = max(q, time.Millisecond)
+		}
+	}
+	return e
+}
+
+// limit is the step that matches every: the learned interval scaled to
+// that wall time. After a checkpoint the step doubles up to it.
+func (c *Coordinator) limit(now time.Time) int64 {
+	return max(1, int64(float64(c.interval)*float64(c.every(now))/float64(c.cfg.CheckpointEvery)))
 }
 
 func (c *Coordinator) nodeFaults(i int) transport.Faults {
@@ -436,9 +545,15 @@ func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restor
 	}
 	if c.interval == 0 {
 		c.interval = c.cfg.InitialInterval
+		c.step = c.interval
 	}
-	c.target = base + c.interval
-	c.horizon = c.target + c.interval
+	if gen > 1 {
+		// After a recovery the first checkpoint comes soon, so that the
+		// work redone is kept even if the next failure follows closely.
+		c.step = max(1, c.interval/rampStart)
+	}
+	c.target = base + c.step
+	c.horizon = c.target + c.step
 	for i, h := range c.handles {
 		cmd := StartCmd{Gen: gen, Node: i, Addrs: addrs, Placement: place, Restore: restore, HasRestore: has,
 			Target: c.target, Horizon: c.horizon}
@@ -455,7 +570,7 @@ func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restor
 
 // drive runs one generation until the end of input (returning the
 // results) or a failure.
-func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has bool, res *Result) (map[string][]byte, error) {
+func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[string][]byte, error) {
 	window := 1
 	every := time.Millisecond
 	if len(c.handles) > 1 {
@@ -470,13 +585,18 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 	defer c.crashes.stop()
 	defer c.kills.stop()
 	ids := c.job.tasks()
-	lastDone, lastTc := time.Now(), c.target-c.interval
+	// The clock's rate is learned between two checkpoints of one
+	// generation at full step: the first after a start includes the
+	// start, and ramping steps measure the checkpoints' cost more than
+	// the clock's rate.
+	var lastDone time.Time
+	var lastTc int64
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case ev := <-c.events:
-			if ev.Gen != 0 && ev.Gen != gen {
+			if c.stale(ev, gen) {
 				continue
 			}
 			return nil, fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
@@ -489,13 +609,18 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 			}
 			continue
 		case <-killC:
-			c.kills.fired()
 			i := c.rng.IntN(len(c.handles))
-			if err := c.handles[i].kill(); err == nil {
-				res.Kills++
-				c.event("kill", fmt.Sprintf("node %d", i))
+			err := c.handles[i].kill()
+			c.kills.fired() // the period runs from the end of the kill
+			if err != nil {
+				continue
 			}
-			continue
+			res.Kills++
+			c.event("kill", fmt.Sprintf("node %d", i))
+			// The generation has failed: one kill, one failure, one
+			// recovery. The node's death event is old news once the node
+			// is restarted.
+			return nil, fmt.Errorf("node %d killed", i)
 		case <-ticker.C:
 		}
 		rs, err := c.all(ctx, Request{Op: "clock", Gen: gen})
@@ -508,6 +633,7 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 		clk.endRound()
 		m := clk.min()
 		c.statsClock(m, time.Now())
+		c.progressed(m, time.Now(), res)
 		if m == clock.Idle {
 			out := map[string][]byte{}
 			rs, err := c.all(ctx, Request{Op: "finish", Gen: gen})
@@ -532,13 +658,19 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 		}
 		res.Checkpoints++
 		now := time.Now()
-		if el := now.Sub(lastDone); el > 0 && tc > lastTc {
+		if el := now.Sub(lastDone); !lastDone.IsZero() && el > 0 && tc > lastTc {
 			want := int64(float64(tc-lastTc) * float64(c.cfg.CheckpointEvery) / float64(el))
 			c.interval = max(1, min(max(want, c.interval/4), c.interval*4))
 		}
-		lastDone, lastTc = now, tc
+		limit := c.limit(now)
+		if c.step >= limit {
+			lastDone, lastTc = now, tc // at full step: the next one measures the rate
+		} else {
+			lastDone = time.Time{}
+		}
+		c.step = max(1, min(2*c.step, limit))
 		c.target = next
-		c.horizon = next + c.interval
+		c.horizon = next + c.step
 		if _, err := c.all(ctx, Request{Op: "horizon", Gen: gen, Ts: c.horizon}); err != nil {
 			return nil, err
 		}
@@ -546,6 +678,7 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 			return nil, err
 		}
 		done := time.Now()
+		c.log.Debug("engine: checkpoint", "ts", tc, "step", c.step, "interval", c.interval, "took", done.Sub(ckptStart))
 		c.statsCheckpoint(done.Sub(ckptStart), done)
 	}
 }

@@ -66,11 +66,18 @@ type Worker struct {
 	registered map[taskid.ID]bool
 }
 
-// Event is a task failure a worker reports to the coordinator.
+// Event is a failure reported to the coordinator: a task's, by its worker
+// (Gen is the task's generation), or a node's death, by the coordinator's
+// handle of the node (Gen 0, Node and Life say which process died).
 type Event struct {
 	Gen  uint64 `json:"gen"`
 	Task string `json:"task"`
 	Err  string `json:"err"`
+	// Node and Life name the process of a node death: Life counts the
+	// node's (re)starts, so that the death of a process the coordinator
+	// has already replaced is recognised as old news.
+	Node int    `json:"node,omitempty"`
+	Life uint64 `json:"life,omitempty"`
 }
 
 // NewWorker starts the node's transport. The job must be the same in every
@@ -97,7 +104,7 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 	// window hold any message a frame can carry. Windows grow on demand and
 	// the peer budget still bounds what all channels hold together.
 	node, err := transport.NewNode(transport.WithListen(cfg.Listen), transport.WithFaults(cfg.Faults),
-		transport.WithLogger(lg), transport.WithReconnectBackoff(5*time.Millisecond, 200*time.Millisecond),
+		transport.WithLogger(lg), transport.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond),
 		transport.WithWindow(transport.DefaultWindowMessages, MaxMessageBytes), transport.WithOptions(cfg.Transport...))
 	if err != nil {
 		return nil, err

@@ -191,9 +191,7 @@ func engineReport(scenario string, cfg map[string]any, res *engine.Result, elaps
 	}
 	r.Timeline = prog.Samples()
 	r.Events = prog.Events()
-	for _, d := range res.RecoveryTimes {
-		r.Notes = append(r.Notes, fmt.Sprintf("recovery took %v", d.Round(time.Millisecond)))
-	}
+	r.Recovery = bench.NewRecovery(res.RecoveryTimes, res.LostTimes)
 	if res.Late > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d messages reached a task below a completed checkpoint", res.Late))
 	}

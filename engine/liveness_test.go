@@ -1,0 +1,121 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/engine/jobs"
+)
+
+// TestEachKillIsOneFailureAndOneRecovery kills nodes while word count
+// runs on three in-process nodes: each kill is noticed once (by a control
+// call that fails or by the node's death event, never both, and never the
+// death of a node that was already replaced) and recovered once.
+func TestEachKillIsOneFailureAndOneRecovery(t *testing.T) {
+	input := writeText(t, 150000, 21)
+	policy := engine.RestartPolicy{MaxRestarts: 1000, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+	res, got := runWordCount(t, input, engine.Config{Nodes: 3, InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond,
+		KillEvery: 400 * slow * time.Millisecond, Restart: policy, Seed: 5})
+	sameCounts(t, got, reference(t, input))
+	if res.Kills < 1 {
+		t.Fatalf("%d kills: the fault was not exercised enough; make the input larger", res.Kills)
+	}
+	if res.Recoveries != res.Kills || res.Crashes != 0 {
+		t.Errorf("%d kills, %d crashes, %d recoveries: want one recovery per kill", res.Kills, res.Crashes, res.Recoveries)
+	}
+	if int64(len(res.RecoveryTimes)) != res.Recoveries || int64(len(res.LostTimes)) != res.Recoveries {
+		t.Errorf("%d recoveries, %d recovery times, %d lost times: want one of each per failure",
+			res.Recoveries, len(res.RecoveryTimes), len(res.LostTimes))
+	}
+	t.Logf("kills %d recoveries %d checkpoints %d", res.Kills, res.Recoveries, res.Checkpoints)
+}
+
+// crashAfter is a stateful sink that sums what it receives, like the
+// pipeline's, and panics once it has processed limit messages in its
+// generation: every generation fails, always after the same amount of
+// work, so only checkpoints between the failures carry the job forward.
+type crashAfter struct {
+	limit, seen int
+	n, sum      uint64
+}
+
+func (c *crashAfter) Process(in []engine.Message, out *engine.Emitter) error {
+	for _, m := range in {
+		c.n++
+		c.sum += binary.LittleEndian.Uint64(m.Payload[8:])
+	}
+	if out.CheckpointCopy() {
+		return nil
+	}
+	if c.seen += len(in); c.seen >= c.limit {
+		panic("crashAfter: limit reached")
+	}
+	return nil
+}
+
+func (c *crashAfter) Snapshot(dst []byte) ([]byte, error) {
+	dst = binary.LittleEndian.AppendUint64(dst, c.n)
+	return binary.LittleEndian.AppendUint64(dst, c.sum), nil
+}
+
+func (c *crashAfter) Restore(b []byte) error {
+	if len(b) != 16 {
+		return errors.New("crashAfter: bad state")
+	}
+	c.n, c.sum = binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
+	return nil
+}
+
+func (c *crashAfter) Finish() ([]byte, error) { return c.Snapshot(nil) }
+
+// TestProgressWhenEveryGenerationFailsAfterTheSameWork is liveness as a
+// property: each generation fails after processing a fixed number of
+// messages, fewer than one checkpoint interval holds once the interval
+// has grown. A first checkpoint at a full interval after each recovery
+// would never complete, and the job would replay from the same checkpoint
+// until the restart policy ran out; a first checkpoint soon after each
+// recovery keeps some of every generation's work, and the job ends with
+// every message summed once.
+func TestProgressWhenEveryGenerationFailsAfterTheSameWork(t *testing.T) {
+	const n, limit = 400000, 60000
+	job := &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
+				return &jobs.GenSource{Size: 24, Limit: n}, nil
+			}},
+			{Name: "sum", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return &crashAfter{limit: limit}, nil }},
+		},
+		Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.Hash}},
+	}
+	// The first interval is beyond what a generation processes; the
+	// learned ones (100 ms of the clock's progress) too, unless the
+	// machine is slower than 1.2 M messages a second.
+	c, err := engine.NewCoordinator(job, engine.Config{Dir: filepath.Join(t.TempDir(), "data"), NoSync: true,
+		InitialInterval: 200000, CheckpointEvery: 100 * time.Millisecond,
+		Restart: engine.RestartPolicy{MaxRestarts: 200, Window: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := c.Run(ctx)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	b := res.Results["1.0"]
+	if len(b) != 16 {
+		t.Fatalf("sink result %x", b)
+	}
+	if got, sum := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:]); got != n || sum != n*(n-1)/2 {
+		t.Errorf("summed %d messages to %d, want %d to %d", got, sum, n, uint64(n*(n-1)/2))
+	}
+	if res.Recoveries < 2 {
+		t.Errorf("%d recoveries: the failures were not exercised", res.Recoveries)
+	}
+	t.Logf("recoveries %d checkpoints %d", res.Recoveries, res.Checkpoints)
+}
