@@ -67,6 +67,10 @@ func TestWordCountSurvivesSIGKILLedProcesses(t *testing.T) {
 	if !bytes.Equal(clean, killed) {
 		t.Errorf("the output with processes SIGKILLed differs from the clean output (%d vs %d bytes)", len(killed), len(clean))
 	}
+	if r["exactly_once"] != true || r["lost"] != 0.0 || r["duplicates"] != 0.0 {
+		t.Errorf("the report does not confirm the independent count: exactly_once %v, lost %v, duplicates %v",
+			r["exactly_once"], r["lost"], r["duplicates"])
+	}
 	faults, _ := r["faults"].(map[string]any)
 	if kills, _ := faults["kill"].(float64); kills < 1 {
 		t.Errorf("no process was killed (faults %v): the test proves nothing; make the input larger", r["faults"])

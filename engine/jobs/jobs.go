@@ -1,8 +1,9 @@
 // Package jobs holds the engine's two reference jobs, shared by the
 // engine's tests and loadgen: wordcount (lines of a file, split into words
 // with strings.Fields semantics, counted by word) and pipeline (generated
-// fixed-size messages through a processor into per-key sums, checked
-// exactly against what the source generated).
+// fixed-size messages through a processor into per-key records of which
+// messages arrived, checked message by message against what the source
+// generated).
 //
 // A job is described by a [Spec], a JSON-able value, so that `loadgen node`
 // children build the same job as their parent.

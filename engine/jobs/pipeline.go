@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
+	"math/bits"
 
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/engine"
@@ -13,8 +13,8 @@ import (
 
 // Pipeline is gen -> pass (round robin) -> sum (hash by key). Message i
 // (timestamp i) carries its send time, i, and filler; its key is
-// i mod Keys, and the sums check, key by key, that every i the source
-// generated was summed exactly once.
+// i mod Keys, and the sinks record, key by key, which i arrived and how
+// often, so that [CheckPipeline] finds every message lost or repeated.
 func Pipeline(spec Spec, rec *bench.Recorder) (*engine.Job, error) {
 	if spec.Size < 24 {
 		return nil, fmt.Errorf("jobs: pipeline messages need at least 24 bytes, got %d", spec.Size)
@@ -30,7 +30,7 @@ func Pipeline(spec Spec, rec *bench.Recorder) (*engine.Job, error) {
 			}},
 			{Name: "pass", Parallelism: spec.Middle, NewTask: func(int) (engine.Task, error) { return &Pass{Keys: keys}, nil }},
 			{Name: "sum", Parallelism: spec.Last, NewTask: func(int) (engine.Task, error) {
-				return &Sum{sums: map[uint64]KeySum{}, rec: rec}, nil
+				return &Sum{Keys: keys, seen: map[uint64]*Seen{}, rec: rec}, nil
 			}},
 		},
 		Edges: []engine.Edge{
@@ -105,14 +105,70 @@ func (p *Pass) Process(in []engine.Message, out *engine.Emitter) error {
 	return nil
 }
 
-// KeySum is what Sum keeps per key.
-type KeySum struct {
-	Count, Sum uint64
+// Seen is what Sum keeps per key: which messages of the key arrived, as
+// their ordinal j among the key's messages (message i is the (i / keys)th of
+// key i mod keys), and how many arrived again. Every j below Next arrived;
+// bit b of Bits says whether Next+b did. Messages of a key arrive nearly in
+// order, so Bits stays a few words long and Next advances by whole words;
+// a lost message keeps Next behind it and Bits grows by a bit per message
+// of the key after it.
+type Seen struct {
+	Next uint64
+	Bits []uint64
+	Dups uint64
 }
 
-// Sum adds up message numbers per key; its state is the sums.
+// add records ordinal j, counting it as a duplicate if it was seen.
+func (s *Seen) add(j uint64) {
+	if j < s.Next {
+		s.Dups++
+		return
+	}
+	off := j - s.Next
+	w := off / 64
+	for uint64(len(s.Bits)) <= w {
+		s.Bits = append(s.Bits, 0)
+	}
+	bit := uint64(1) << (off % 64)
+	if s.Bits[w]&bit != 0 {
+		s.Dups++
+		return
+	}
+	s.Bits[w] |= bit
+	n := 0
+	for n < len(s.Bits) && s.Bits[n] == ^uint64(0) {
+		n++
+	}
+	if n > 0 {
+		s.Next += 64 * uint64(n)
+		s.Bits = append(s.Bits[:0], s.Bits[n:]...)
+	}
+}
+
+// distinct counts the ordinals below limit that arrived, and those at or
+// beyond it (which were never generated).
+func (s *Seen) distinct(limit uint64) (in, beyond uint64) {
+	in = min(s.Next, limit)
+	beyond = s.Next - in
+	for w, word := range s.Bits {
+		for word != 0 {
+			b := uint64(bits.TrailingZeros64(word))
+			word &= word - 1
+			if s.Next+uint64(w)*64+b < limit {
+				in++
+			} else {
+				beyond++
+			}
+		}
+	}
+	return in, beyond
+}
+
+// Sum records, per key, which message numbers arrived (see [Seen]); its
+// state is that record, so the check at the end is exact per message.
 type Sum struct {
-	sums map[uint64]KeySum
+	Keys int
+	seen map[uint64]*Seen
 	rec  *bench.Recorder
 }
 
@@ -135,10 +191,16 @@ func (s *Sum) Process(in []engine.Message, out *engine.Emitter) error {
 			return errors.New("jobs: malformed pipeline message")
 		}
 		k := binary.LittleEndian.Uint64(m.Key)
-		ks := s.sums[k]
-		ks.Count++
-		ks.Sum += binary.LittleEndian.Uint64(m.Payload[8:])
-		s.sums[k] = ks
+		i := binary.LittleEndian.Uint64(m.Payload[8:])
+		if i%uint64(s.Keys) != k {
+			return fmt.Errorf("jobs: message %d arrived with key %d", i, k)
+		}
+		ks := s.seen[k]
+		if ks == nil {
+			ks = &Seen{}
+			s.seen[k] = ks
+		}
+		ks.add(i / uint64(s.Keys))
 		if rec != nil {
 			if l := now - int64(binary.LittleEndian.Uint64(m.Payload)); l != lat || same == 0 {
 				if same > 0 {
@@ -156,85 +218,140 @@ func (s *Sum) Process(in []engine.Message, out *engine.Emitter) error {
 	return nil
 }
 
-// Snapshot encodes the sums.
+// Snapshot encodes what arrived: uvarint number of keys, then per key
+// uvarint key, Next, Dups, number of words of Bits, and the words, each 8
+// bytes little endian.
 func (s *Sum) Snapshot(dst []byte) ([]byte, error) {
-	dst = binary.AppendUvarint(dst, uint64(len(s.sums)))
-	for k, v := range s.sums {
+	dst = binary.AppendUvarint(dst, uint64(len(s.seen)))
+	for k, v := range s.seen {
 		dst = binary.AppendUvarint(dst, k)
-		dst = binary.AppendUvarint(dst, v.Count)
-		dst = binary.AppendUvarint(dst, v.Sum)
+		dst = binary.AppendUvarint(dst, v.Next)
+		dst = binary.AppendUvarint(dst, v.Dups)
+		dst = binary.AppendUvarint(dst, uint64(len(v.Bits)))
+		for _, w := range v.Bits {
+			dst = binary.LittleEndian.AppendUint64(dst, w)
+		}
 	}
 	return dst, nil
 }
 
-// Restore decodes sums.
+// Restore decodes a Snapshot.
 func (s *Sum) Restore(b []byte) error {
-	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)) {
-		return errCounts
+	m, err := decodeSeen(b)
+	if err != nil {
+		return err
 	}
-	b = b[k:]
-	m := make(map[uint64]KeySum, n)
-	for range n {
-		var v [3]uint64
-		for i := range v {
-			x, k := binary.Uvarint(b)
-			if k <= 0 {
-				return errCounts
-			}
-			v[i], b = x, b[k:]
-		}
-		m[v[0]] = KeySum{Count: v[1], Sum: v[2]}
-	}
-	s.sums = m
+	s.seen = m
 	return nil
 }
 
-// Finish returns the final sums.
+func decodeSeen(b []byte) (map[uint64]*Seen, error) {
+	uv := func() (uint64, bool) {
+		x, k := binary.Uvarint(b)
+		if k <= 0 {
+			return 0, false
+		}
+		b = b[k:]
+		return x, true
+	}
+	n, ok := uv()
+	if !ok || n > uint64(len(b)) {
+		return nil, errCounts
+	}
+	m := make(map[uint64]*Seen, n)
+	for range n {
+		var v [4]uint64
+		for i := range v {
+			if v[i], ok = uv(); !ok {
+				return nil, errCounts
+			}
+		}
+		if v[3] > uint64(len(b))/8 {
+			return nil, errCounts
+		}
+		if _, dup := m[v[0]]; dup {
+			return nil, errCounts
+		}
+		ks := &Seen{Next: v[1], Dups: v[2], Bits: make([]uint64, v[3])}
+		for i := range ks.Bits {
+			ks.Bits[i] = binary.LittleEndian.Uint64(b)
+			b = b[8:]
+		}
+		m[v[0]] = ks
+	}
+	if len(b) != 0 {
+		return nil, errCounts
+	}
+	return m, nil
+}
+
+// Finish returns what arrived, as Snapshot encodes it.
 func (s *Sum) Finish() ([]byte, error) { return s.Snapshot(nil) }
 
-// CheckPipeline compares the sums in results with what a source that
-// generated n messages over keys must give. It returns the number of
-// messages summed and a description of the first difference, "" if none.
-func CheckPipeline(results map[string][]byte, keys int) (generated, summed int64, diff string, err error) {
+// PipelineCheck is the outcome of checking a pipeline's sinks against its
+// source, message by message: Generated messages, Delivered arrivals
+// (duplicates included), Lost messages that never arrived and Duplicated
+// arrivals beyond the first of a message (or of a message never
+// generated), each counted on its own; Diff describes the first
+// difference, "" if none.
+type PipelineCheck struct {
+	Generated, Delivered, Lost, Duplicated int64
+	Diff                                   string
+}
+
+// CheckPipeline checks the sinks' results against the source's count of
+// generated messages, over keys.
+func CheckPipeline(results map[string][]byte, keys int) (PipelineCheck, error) {
+	var c PipelineCheck
 	if keys < 1 {
 		keys = 64
 	}
 	gb, ok := results["0.0"]
 	if !ok || len(gb) != 8 {
-		return 0, 0, "", errors.New("jobs: no result from the source")
+		return c, errors.New("jobs: no result from the source")
 	}
 	n := binary.LittleEndian.Uint64(gb)
-	got := map[uint64]KeySum{}
+	c.Generated = int64(n)
+	got := map[uint64]*Seen{}
 	for id, b := range results {
 		if len(id) < 2 || id[:2] != "2." {
 			continue
 		}
-		var s Sum
-		if err := s.Restore(b); err != nil {
-			return 0, 0, "", err
+		m, err := decodeSeen(b)
+		if err != nil {
+			return c, fmt.Errorf("%s: %w", id, err)
 		}
-		for k, v := range s.sums {
+		for k, v := range m {
 			if _, dup := got[k]; dup {
-				return int64(n), 0, fmt.Sprintf("key %d summed by two tasks", k), nil
+				return c, fmt.Errorf("jobs: key %d kept by two tasks", k)
 			}
 			got[k] = v
-			summed += int64(v.Count)
+		}
+	}
+	for k := range got {
+		if k >= uint64(keys) {
+			return c, fmt.Errorf("jobs: key %d beyond the %d keys", k, keys)
 		}
 	}
 	for k := range uint64(keys) {
-		var want KeySum
+		var want uint64 // messages k, k+K, ... below n
 		if k < n {
-			// i = k, k+K, ..., k+(c-1)K
-			c := (n - k + uint64(keys) - 1) / uint64(keys)
-			want = KeySum{Count: c, Sum: c*k + uint64(keys)*c*(c-1)/2}
+			want = (n - k + uint64(keys) - 1) / uint64(keys)
 		}
-		if got[k] != want {
-			return int64(n), summed, fmt.Sprintf("key %d: got count %d sum %d, want count %d sum %d",
-				k, got[k].Count, got[k].Sum, want.Count, want.Sum), nil
+		var in, beyond, dups uint64
+		if v := got[k]; v != nil {
+			in, beyond = v.distinct(want)
+			dups = v.Dups
+		}
+		lost, dup := want-in, dups+beyond
+		c.Lost += int64(lost)
+		c.Duplicated += int64(dup)
+		c.Delivered += int64(in + beyond + dups)
+		if (lost > 0 || dup > 0) && c.Diff == "" {
+			c.Diff = fmt.Sprintf("key %d: %d of %d messages arrived, %d missing, %d arrived again or were never generated",
+				k, in, want, lost, dup)
 		}
 	}
-	return int64(n), summed, "", nil
+	return c, nil
 }
 
-var _ = time.Second
