@@ -37,6 +37,12 @@ func DefaultRestartPolicy() RestartPolicy {
 // RestartPolicy allows; the error wrapping it names the last failure.
 var ErrRestartsExhausted = errors.New("engine: restart policy exhausted")
 
+// ErrCheckpointsLost means recovery found no checkpoint the source logs
+// can replay from: every checkpoint every task still has (none, when the
+// files are missing or corrupt) is older than what the logs were
+// truncated to. The job cannot go on exactly once; it stops.
+var ErrCheckpointsLost = errors.New("engine: no checkpoint the source logs can replay from")
+
 // Config configures a [Coordinator].
 type Config struct {
 	// Nodes is the number of workers; 0 means 1.
@@ -72,6 +78,9 @@ type Config struct {
 	// NoChain keeps the transport on every edge of a one-node job
 	// (WorkerConfig.NoChain).
 	NoChain bool
+	// LogSegmentBytes is WorkerConfig.LogSegmentBytes of the in-process
+	// workers.
+	LogSegmentBytes int64
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// OnEvent, if set, is told of faults and recoveries as they happen.
@@ -137,6 +146,12 @@ type Coordinator struct {
 		high int64 // the highest global clock seen in any generation
 		lost *lost // the last failure, until the clock passes its mark
 	}
+	// restorable are the completed checkpoints recovery may choose, oldest
+	// first: the checkpoint stores keep the newest two of every task, so
+	// that a corrupt newest file leaves an older one. The source logs keep
+	// what the oldest needs; logFloor is what they were truncated to.
+	restorable []int64
+	logFloor   int64
 	// the fault schedules
 	crashes, kills faultSchedule
 
@@ -181,7 +196,7 @@ func NewCoordinator(job *Job, cfg Config) (*Coordinator, error) {
 		lg = slog.New(slog.DiscardHandler)
 	}
 	c := &Coordinator{job: job, cfg: cfg, log: lg, depth: d, events: make(chan Event, 256),
-		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), logFloor: math.MinInt64}
 	c.crashes.every, c.kills.every = cfg.CrashEvery, cfg.KillEvery
 	c.mu.last = make([]ClockReply, cfg.Nodes)
 	c.mu.faults = make([]transport.FaultStats, cfg.Nodes)
@@ -292,7 +307,7 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 		} else {
 			h, err = newLocalHandle(c.job, WorkerConfig{Dir: filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i)),
 				Faults: c.nodeFaults(i), NoSync: c.cfg.NoSync, NoChain: c.cfg.NoChain, Logger: c.cfg.Logger,
-				Transport: c.cfg.Transport}, i, c.events)
+				Transport: c.cfg.Transport, LogSegmentBytes: c.cfg.LogSegmentBytes}, i, c.events)
 		}
 		if err != nil {
 			c.closeAll()
@@ -340,7 +355,20 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			}
 		}
 		restore, has, err := c.latest(ctx, stateful)
+		if err == nil && c.logFloor != math.MinInt64 && (!has || restore < c.logFloor) {
+			c.totals(res)
+			newest := "none"
+			if has {
+				newest = fmt.Sprint(restore)
+			}
+			return nil, fmt.Errorf("%w: the newest checkpoint every task has is %s, the logs keep records from %d on",
+				ErrCheckpointsLost, newest, c.logFloor)
+		}
 		if err == nil {
+			c.restorable = c.restorable[:0]
+			if has {
+				c.restorable = append(c.restorable, restore)
+			}
 			err = c.start(ctx, gen, place, restore, has)
 		}
 		if err == nil {
@@ -453,6 +481,10 @@ func (c *Coordinator) progressed(m int64, now time.Time, res *Result) {
 		f.high = max(f.high, m)
 	}
 }
+
+// restorableCheckpoints is how many checkpoints per task the workers'
+// checkpoint stores keep (checkpoint.DefaultConfig().Keep).
+const restorableCheckpoints = 2
 
 // rampStart is how much smaller than the learned interval the first step
 // after a recovery is: the first checkpoint then completes soon after the
@@ -674,9 +706,14 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 		if _, err := c.all(ctx, Request{Op: "horizon", Gen: gen, Ts: c.horizon}); err != nil {
 			return nil, err
 		}
-		if _, err := c.all(ctx, Request{Op: "commit", Gen: gen, Ts: tc}); err != nil {
+		if c.restorable = append(c.restorable, tc); len(c.restorable) > restorableCheckpoints {
+			c.restorable = c.restorable[1:]
+		}
+		keep := c.restorable[0]
+		if _, err := c.all(ctx, Request{Op: "commit", Gen: gen, Ts: keep}); err != nil {
 			return nil, err
 		}
+		c.logFloor = max(c.logFloor, keep)
 		done := time.Now()
 		c.log.Debug("engine: checkpoint", "ts", tc, "step", c.step, "interval", c.interval, "took", done.Sub(ckptStart))
 		c.statsCheckpoint(done.Sub(ckptStart), done)

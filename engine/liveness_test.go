@@ -1,10 +1,17 @@
 package engine_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,4 +125,110 @@ func TestProgressWhenEveryGenerationFailsAfterTheSameWork(t *testing.T) {
 		t.Errorf("%d recoveries: the failures were not exercised", res.Recoveries)
 	}
 	t.Logf("recoveries %d checkpoints %d", res.Recoveries, res.Checkpoints)
+}
+
+// corruptAt is a stateful sink like crashAfter that, once in the job's
+// life, corrupts its newest checkpoint files (or all of them) and panics
+// after limit messages, so that recovery must fall back to an older
+// checkpoint than the last one committed, or to none.
+type corruptAt struct {
+	crashAfter
+	dir  string
+	all  bool
+	once *atomic.Bool
+}
+
+func (c *corruptAt) Process(in []engine.Message, out *engine.Emitter) error {
+	for _, m := range in {
+		c.n++
+		c.sum += binary.LittleEndian.Uint64(m.Payload[8:])
+	}
+	if out.CheckpointCopy() {
+		return nil
+	}
+	if c.seen += len(in); c.seen >= c.limit && c.once.CompareAndSwap(false, true) {
+		files, _ := filepath.Glob(filepath.Join(c.dir, "node0", "checkpoints", "task-1.0@*.ckpt"))
+		slices.SortFunc(files, func(a, b string) int { return cmp.Compare(ckptTs(a), ckptTs(b)) })
+		if len(files) < 2 {
+			panic(fmt.Sprintf("corruptAt: %d checkpoints", len(files)))
+		}
+		if !c.all {
+			files = files[len(files)-1:]
+		}
+		for _, f := range files {
+			if err := os.WriteFile(f, []byte("not a checkpoint"), 0o644); err != nil {
+				panic(err)
+			}
+		}
+		panic("corruptAt: checkpoints corrupted")
+	}
+	return nil
+}
+
+func ckptTs(path string) int64 {
+	b := strings.TrimSuffix(filepath.Base(path), ".ckpt")
+	ts, _ := strconv.ParseInt(b[strings.LastIndexByte(b, '@')+1:], 10, 64)
+	return ts
+}
+
+func corruptingJob(dir string, n uint64, all bool) *engine.Job {
+	once := &atomic.Bool{}
+	return &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
+				return &jobs.GenSource{Size: 24, Limit: int64(n)}, nil
+			}},
+			{Name: "sum", Parallelism: 1, NewTask: func(int) (engine.Task, error) {
+				return &corruptAt{crashAfter: crashAfter{limit: int(n / 2)}, dir: dir, all: all, once: once}, nil
+			}},
+		},
+		Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.Hash}},
+	}
+}
+
+// TestRecoveryToACheckpointOlderThanTheLastCommitReplaysEverything
+// corrupts the newest checkpoint after it was committed, with log segments
+// of a few KiB that commits delete: recovery restores the checkpoint
+// before, and the logs still hold every record from it on.
+func TestRecoveryToACheckpointOlderThanTheLastCommitReplaysEverything(t *testing.T) {
+	const n = 400000
+	dir := filepath.Join(t.TempDir(), "data")
+	c, err := engine.NewCoordinator(corruptingJob(dir, n, false), engine.Config{Dir: dir, NoSync: true,
+		InitialInterval: 5000, CheckpointEvery: 5 * time.Millisecond, LogSegmentBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := c.Run(ctx)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	b := res.Results["1.0"]
+	if got, sum := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:]); got != n || sum != n*(n-1)/2 {
+		t.Errorf("summed %d messages to %d, want %d to %d", got, sum, n, uint64(n*(n-1)/2))
+	}
+	if res.Recoveries != 1 {
+		t.Errorf("%d recoveries, want 1", res.Recoveries)
+	}
+}
+
+// TestRecoveryWithoutAReplayableCheckpointStops corrupts every checkpoint
+// after commits truncated the logs: no recovery can be exact, and the run
+// ends with ErrCheckpointsLost instead of replaying what is left.
+func TestRecoveryWithoutAReplayableCheckpointStops(t *testing.T) {
+	const n = 400000
+	dir := filepath.Join(t.TempDir(), "data")
+	c, err := engine.NewCoordinator(corruptingJob(dir, n, true), engine.Config{Dir: dir, NoSync: true,
+		InitialInterval: 5000, CheckpointEvery: 5 * time.Millisecond, LogSegmentBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err = c.Run(ctx)
+	if !errors.Is(err, engine.ErrCheckpointsLost) {
+		t.Fatalf("got %v, want ErrCheckpointsLost", err)
+	}
+	t.Log(err)
 }

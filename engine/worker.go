@@ -40,6 +40,9 @@ type WorkerConfig struct {
 	// Transport holds further options of the node's transport:
 	// authentication (transport.WithKey), TLS, limits.
 	Transport []transport.Option
+	// LogSegmentBytes is the size of the source logs' segments, the unit
+	// in which they are deleted; 0: store's default (64 MiB).
+	LogSegmentBytes int64
 }
 
 // Worker runs the tasks placed on one node. Its control methods are called
@@ -94,7 +97,7 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 		lg = slog.New(slog.DiscardHandler)
 	}
 	ccfg := checkpoint.DefaultConfig()
-	ccfg.NoSync, ccfg.Logger = cfg.NoSync, lg
+	ccfg.NoSync, ccfg.Logger, ccfg.Keep = cfg.NoSync, lg, restorableCheckpoints
 	cs, err := checkpoint.OpenConfig(filepath.Join(cfg.Dir, "checkpoints"), ccfg)
 	if err != nil {
 		return nil, err
@@ -244,7 +247,7 @@ func (w *Worker) Start(cmd StartCmd) error {
 			}
 			sr.out = newOutputs(edges, sends, &inc.agg, low)
 			inc.outs = append(inc.outs, sr.out)
-			lg, err := store.Open(filepath.Join(w.cfg.Dir, "log", "task-"+id.String()), store.Options{NoSync: w.cfg.NoSync})
+			lg, err := store.Open(filepath.Join(w.cfg.Dir, "log", "task-"+id.String()), store.Options{NoSync: w.cfg.NoSync, SegmentBytes: w.cfg.LogSegmentBytes})
 			if err != nil {
 				return fail(err)
 			}
@@ -475,15 +478,17 @@ func (w *Worker) Horizon(gen uint64, h int64) error {
 	return nil
 }
 
-// Commit tells sources that the checkpoint at tc completed everywhere:
-// their log segments older than tc are deleted.
-func (w *Worker) Commit(gen uint64, tc int64) error {
+// Commit tells sources that no checkpoint older than keep will ever be
+// restored: their log segments older than keep are deleted. The
+// coordinator passes the oldest checkpoint that recovery may still choose,
+// not the newest, which a corrupt file can make unusable.
+func (w *Worker) Commit(gen uint64, keep int64) error {
 	inc, err := w.current(gen)
 	if err != nil {
 		return err
 	}
 	for _, s := range inc.sources {
-		s.pendingDelete.Store(tc)
+		s.pendingDelete.Store(keep)
 	}
 	return nil
 }

@@ -354,4 +354,3 @@ func CheckPipeline(results map[string][]byte, keys int) (PipelineCheck, error) {
 	}
 	return c, nil
 }
-
