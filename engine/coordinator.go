@@ -420,6 +420,28 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 	}
 }
 
+// causeWait is how long cause waits for the report of a failure.
+const causeWait = 50 * time.Millisecond
+
+// cause returns the failure behind err, a control call that failed in
+// generation gen: a task's failure event, if one comes within causeWait (a
+// checkpoint call fails with "task has failed" while the task's own report
+// is still on its way), else err.
+func (c *Coordinator) cause(gen uint64, err error) error {
+	t := time.NewTimer(causeWait)
+	defer t.Stop()
+	for {
+		select {
+		case ev := <-c.events:
+			if !c.stale(ev, gen) {
+				return fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
+			}
+		case <-t.C:
+			return err
+		}
+	}
+}
+
 // drainEvents throws away the events waiting between two generations.
 func (c *Coordinator) drainEvents() {
 	for {
@@ -657,7 +679,7 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 		}
 		rs, err := c.all(ctx, Request{Op: "clock", Gen: gen})
 		if err != nil {
-			return nil, err
+			return nil, c.cause(gen, err)
 		}
 		for i, r := range rs {
 			clk.report(i, r.Clock.Min)
@@ -686,7 +708,7 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 		tc, next := c.target, c.horizon
 		ckptStart := time.Now()
 		if _, err := c.all(ctx, Request{Op: "checkpoint", Gen: gen, Persist: true, Ts: tc, Next: next}); err != nil {
-			return nil, err
+			return nil, c.cause(gen, err)
 		}
 		res.Checkpoints++
 		now := time.Now()

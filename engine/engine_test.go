@@ -149,12 +149,12 @@ func TestRestartPolicyExhaustionIsAClearError(t *testing.T) {
 var _ = transport.Faults{}
 
 func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
-	small, large := writeText(t, 8000, 4), writeText(t, 100000, 4)
-	want := map[string]map[string]int64{small: reference(t, small), large: reference(t, large)}
+	large := writeText(t, 100000, 4)
+	want := map[string]map[string]int64{large: reference(t, large)}
 	policy := engine.RestartPolicy{MaxRestarts: 1000, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
-	// Crashes and kills come on timers: their cases count a larger input,
-	// which takes several periods even on a fast machine. (A slower one
-	// takes longer and sees more of them.)
+	// Faults come by chance per frame or on timers: every case counts an
+	// input that takes many frames and several periods even on a fast
+	// machine. (A slower one takes longer and sees more faults.)
 	cases := []struct {
 		name   string
 		input  string
@@ -162,13 +162,13 @@ func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
 		crash  time.Duration
 		kill   time.Duration
 	}{
-		{name: "dropped data frames are re-sent", input: small, faults: "drop=0.05"},
-		{name: "dropped acks and ack requests are repeated", input: small, faults: "ctrldrop=0.05"},
-		{name: "duplicated frames are dropped", input: small, faults: "dup=0.05"},
-		{name: "reset connections are redialed", input: small, faults: "reset=20ms"},
+		{name: "dropped data frames are re-sent", input: large, faults: "drop=0.05"},
+		{name: "dropped acks and ack requests are repeated", input: large, faults: "ctrldrop=0.05"},
+		{name: "duplicated frames are dropped", input: large, faults: "dup=0.05"},
+		{name: "reset connections are redialed", input: large, faults: "reset=20ms"},
 		{name: "crashed tasks are recovered from the checkpoint", input: large, crash: 100 * time.Millisecond},
 		{name: "killed nodes are restarted and recovered", input: large, kill: 250 * time.Millisecond},
-		{name: "all faults together", input: large, faults: "drop=0.02,ctrldrop=0.02,dup=0.02,reset=50ms", crash: 100 * time.Millisecond, kill: 300 * time.Millisecond},
+		{name: "all faults together", input: large, faults: "drop=0.02,ctrldrop=0.02,dup=0.02,reset=50ms", crash: 150 * time.Millisecond, kill: 250 * time.Millisecond},
 	}
 	seeds := []uint64{1, 2}
 	if testing.Short() {
@@ -207,7 +207,9 @@ func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
 				}
 				// Two faults may land in one generation, which then
 				// recovers once; a fault never causes two recoveries.
-				if res.Recoveries > res.Crashes+res.Kills {
+				// (With both kinds, a crash that fired on a node killed
+				// before it reported is lost from the count.)
+				if (tc.crash == 0 || tc.kill == 0) && res.Recoveries > res.Crashes+res.Kills {
 					t.Errorf("%d recoveries for %d crashes and %d kills: more than one per failure", res.Recoveries, res.Crashes, res.Kills)
 				}
 				t.Logf("checkpoints %d recoveries %d crashes %d kills %d transport %+v", res.Checkpoints, res.Recoveries, res.Crashes, res.Kills, res.Transport)
