@@ -59,7 +59,7 @@ func runWordCount(t *testing.T, input string, cfg engine.Config) (*engine.Result
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*slow*time.Second)
 	defer cancel()
 	res, err := c.Run(ctx)
 	if err != nil {
@@ -225,7 +225,7 @@ func TestPipelineSumsAreExactUnderCrashes(t *testing.T) {
 		limit   int64
 		crash   time.Duration
 	}{
-		{name: "with chained tasks", limit: 1000000 / slow, crash: 50 * time.Millisecond},
+		{name: "with chained tasks", limit: 1000000 / slow, crash: 50 * slow * time.Millisecond},
 		{name: "with every edge on the transport", noChain: true, limit: 600000 / slow, crash: 100 * slow * time.Millisecond},
 	}
 	for _, tc := range cases {
@@ -237,11 +237,11 @@ func TestPipelineSumsAreExactUnderCrashes(t *testing.T) {
 			}
 			c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true, NoChain: tc.noChain,
 				InitialInterval: 20000, CheckpointEvery: 20 * time.Millisecond, CrashEvery: tc.crash, Seed: 9,
-				Restart: engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}})
+				Restart: engine.RestartPolicy{MaxRestarts: 1000, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*slow*time.Second)
 			defer cancel()
 			res, err := c.Run(ctx)
 			if err != nil {
