@@ -116,13 +116,33 @@ func ServeWorker(ctx context.Context, w *Worker, in io.Reader, out io.Writer) er
 			}
 		}
 	}()
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	for sc.Scan() {
-		var req Request
-		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
-			return fmt.Errorf("engine: control line: %w", err)
+	// Requests are read beside their execution, so that a stop aborts the
+	// running generation at once: a control call can wait on a task that
+	// waits for credit from a node that died, until the generation stops.
+	reqs := make(chan Request, 64)
+	var readErr error
+	go func() {
+		defer close(reqs)
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			var req Request
+			if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+				readErr = fmt.Errorf("engine: control line: %w", err)
+				return
+			}
+			if req.Op == "stop" || req.Op == "exit" {
+				w.abort()
+			}
+			select {
+			case reqs <- req:
+			case <-done:
+				return
+			}
 		}
+		readErr = sc.Err()
+	}()
+	for req := range reqs {
 		if req.Op == "exit" {
 			_ = send(Response{ID: req.ID})
 			return nil
@@ -134,7 +154,7 @@ func ServeWorker(ctx context.Context, w *Worker, in io.Reader, out io.Writer) er
 			return ctx.Err()
 		}
 	}
-	return sc.Err()
+	return readErr
 }
 
 // handle is the coordinator's side of one worker.
@@ -153,6 +173,8 @@ type handle interface {
 
 // localHandle is a worker in this process. kill closes it abruptly, like a
 // process that died, and restart makes a new one on the same address.
+// mu serializes kill (a chaos driver's goroutine) with restart and close
+// (the coordinator's).
 type localHandle struct {
 	job    *Job
 	cfg    WorkerConfig
@@ -161,6 +183,7 @@ type localHandle struct {
 	w      atomic.Pointer[Worker]
 	dead   atomic.Bool
 	lives  atomic.Uint64
+	mu     sync.Mutex
 	stop   chan struct{}
 }
 
@@ -192,16 +215,20 @@ func (h *localHandle) life() uint64 { return h.lives.Load() }
 var errDown = errors.New("engine: node is already down")
 
 func (h *localHandle) kill() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.dead.Swap(true) {
 		return errDown
 	}
 	close(h.stop)
-	h.w.Load().Close()
 	h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: "killed", Node: h.node, Life: h.life()}
+	h.w.Load().Close()
 	return nil
 }
 
 func (h *localHandle) restart(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	w, err := NewWorker(h.job, h.cfg)
 	if err != nil {
 		return err
@@ -225,6 +252,8 @@ func (h *localHandle) restart(ctx context.Context) error {
 }
 
 func (h *localHandle) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if !h.dead.Swap(true) {
 		close(h.stop)
 		h.w.Load().Close()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -67,12 +66,6 @@ type Config struct {
 	// Faults are the transport faults every in-process worker injects
 	// (children get theirs from Spawn).
 	Faults transport.Faults
-	// CrashEvery makes a random task panic every CrashEvery; KillEvery
-	// kills a random node (SIGKILL for child processes) and starts it
-	// again. 0: never.
-	CrashEvery, KillEvery time.Duration
-	// Seed seeds the choice of crashed tasks and killed nodes.
-	Seed uint64
 	// NoSync skips fsyncs (in-process workers).
 	NoSync bool
 	// NoChain keeps the transport on every edge of a one-node job
@@ -97,8 +90,8 @@ type Result struct {
 	Results     map[string][]byte
 	Checkpoints int64
 	Recoveries  int64
-	Crashes     int64 // injected task crashes that fired
-	Kills       int64 // nodes killed
+	Crashes     int64 // injected task crashes that fired ([Coordinator.Crash])
+	Kills       int64 // nodes killed ([Coordinator.Kill])
 	// Late counts messages that reached a stateful task below a completed
 	// checkpoint; anything but 0 is a bug in the clock.
 	Late int64
@@ -130,7 +123,6 @@ type Coordinator struct {
 	processed atomic.Int64
 	events    chan Event
 	handles   []handle
-	rng       *rand.Rand
 
 	// The checkpoint schedule: interval is learned, the timestamp units
 	// the global clock advances in CheckpointEvery of wall time; step is
@@ -152,8 +144,11 @@ type Coordinator struct {
 	// what the oldest needs; logFloor is what they were truncated to.
 	restorable []int64
 	logFloor   int64
-	// the fault schedules
-	crashes, kills faultSchedule
+	// hmu guards handles while Run creates them, against Kill and Crash;
+	// gen is the running generation, 0 between generations.
+	hmu   sync.Mutex
+	gen   atomic.Uint64
+	kills atomic.Int64
 
 	st stats
 
@@ -195,9 +190,7 @@ func NewCoordinator(job *Job, cfg Config) (*Coordinator, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	c := &Coordinator{job: job, cfg: cfg, log: lg, depth: d, events: make(chan Event, 256),
-		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), logFloor: math.MinInt64}
-	c.crashes.every, c.kills.every = cfg.CrashEvery, cfg.KillEvery
+	c := &Coordinator{job: job, cfg: cfg, log: lg, depth: d, events: make(chan Event, 256), logFloor: math.MinInt64}
 	c.mu.last = make([]ClockReply, cfg.Nodes)
 	c.mu.faults = make([]transport.FaultStats, cfg.Nodes)
 	return c, nil
@@ -216,26 +209,47 @@ func (c *Coordinator) event(kind, detail string) {
 
 const callTimeout = 60 * time.Second
 
+// all makes the call req on every node at once. It returns at the first
+// failure, a failed call or, for a call of a generation, a failure event
+// of that generation, without waiting for the other calls: they may be
+// waiting on the failure (a task blocked on credit from a dead node holds
+// a checkpoint call until the generation stops); their answers are
+// dropped.
 func (c *Coordinator) all(ctx context.Context, req Request) ([]Response, error) {
-	out := make([]Response, len(c.handles))
-	errs := make([]error, len(c.handles))
-	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	type result struct {
+		i   int
+		r   Response
+		err error
+	}
+	results := make(chan result, len(c.handles))
 	for i, h := range c.handles {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, callTimeout)
-			defer cancel()
-			out[i], errs[i] = h.do(cctx, req)
-			if errs[i] == nil {
-				c.noteFaults(i, out[i])
+			r, err := h.do(ctx, req)
+			if err == nil {
+				c.noteFaults(i, r)
 			}
+			results <- result{i, r, err}
 		}()
 	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return out, fmt.Errorf("node %d %s: %w", i, req.Op, err)
+	var events <-chan Event
+	if req.Gen != 0 {
+		events = c.events
+	}
+	out := make([]Response, len(c.handles))
+	for n := 0; n < len(c.handles); {
+		select {
+		case res := <-results:
+			if res.err != nil {
+				return nil, fmt.Errorf("node %d %s: %w", res.i, req.Op, res.err)
+			}
+			out[res.i] = res.r
+			n++
+		case ev := <-events:
+			if !c.stale(ev, req.Gen) {
+				return nil, fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
+			}
 		}
 	}
 	return out, nil
@@ -289,6 +303,7 @@ func (c *Coordinator) totals(res *Result) {
 		f = addFaults(f, c.mu.faults[i])
 	}
 	res.Crashes, res.Late, res.Filtered, res.Transport = t.Crashes, t.Late, t.Filtered, f
+	res.Kills = c.kills.Load()
 	res.WireBytes = t.WireBytes
 }
 
@@ -313,7 +328,9 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			c.closeAll()
 			return nil, err
 		}
+		c.hmu.Lock()
 		c.handles = append(c.handles, h)
+		c.hmu.Unlock()
 	}
 	defer c.closeAll()
 
@@ -634,17 +651,15 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 	clk := newRounds(len(c.handles), window)
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
-	now := time.Now()
-	crashC, killC := c.crashes.arm(now), c.kills.arm(now)
-	defer c.crashes.stop()
-	defer c.kills.stop()
-	ids := c.job.tasks()
+	c.gen.Store(gen)
+	defer c.gen.Store(0)
 	// The clock's rate is learned between two checkpoints of one
 	// generation at full step: the first after a start includes the
 	// start, and ramping steps measure the checkpoints' cost more than
 	// the clock's rate.
 	var lastDone time.Time
 	var lastTc int64
+	var took time.Duration // how long the last checkpoint took
 	for {
 		select {
 		case <-ctx.Done():
@@ -654,27 +669,6 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 				continue
 			}
 			return nil, fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
-		case <-crashC:
-			c.crashes.fired()
-			id := ids[c.rng.IntN(len(ids))]
-			node := c.job.Placement(len(c.handles))[id]
-			if _, err := c.handles[node].do(ctx, Request{Op: "crash", Gen: gen, Task: id.String()}); err == nil {
-				c.event("crash", "task "+id.String())
-			}
-			continue
-		case <-killC:
-			i := c.rng.IntN(len(c.handles))
-			err := c.handles[i].kill()
-			c.kills.fired() // the period runs from the end of the kill
-			if err != nil {
-				continue
-			}
-			res.Kills++
-			c.event("kill", fmt.Sprintf("node %d", i))
-			// The generation has failed: one kill, one failure, one
-			// recovery. The node's death event is old news once the node
-			// is restarted.
-			return nil, fmt.Errorf("node %d killed", i)
 		case <-ticker.C:
 		}
 		rs, err := c.all(ctx, Request{Op: "clock", Gen: gen})
@@ -710,10 +704,13 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 		if _, err := c.all(ctx, Request{Op: "checkpoint", Gen: gen, Persist: true, Ts: tc, Next: next}); err != nil {
 			return nil, c.cause(gen, err)
 		}
-		res.Checkpoints++
 		now := time.Now()
 		if el := now.Sub(lastDone); !lastDone.IsZero() && el > 0 && tc > lastTc {
-			want := int64(float64(tc-lastTc) * float64(c.cfg.CheckpointEvery) / float64(el))
+			// A checkpoint that takes longer than half CheckpointEvery
+			// (a large state) gets checkpoints twice its own length
+			// apart, so that checkpointing never takes most of the time.
+			period := max(c.cfg.CheckpointEvery, 2*took)
+			want := int64(float64(tc-lastTc) * float64(period) / float64(el))
 			c.interval = max(1, min(max(want, c.interval/4), c.interval*4))
 		}
 		limit := c.limit(now)
@@ -738,43 +735,59 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 		c.logFloor = max(c.logFloor, keep)
 		done := time.Now()
 		c.log.Debug("engine: checkpoint", "ts", tc, "step", c.step, "interval", c.interval, "took", done.Sub(ckptStart))
-		c.statsCheckpoint(done.Sub(ckptStart), done)
+		took = done.Sub(ckptStart)
+		res.Checkpoints++ // counted once committed, as Stats counts it
+		c.statsCheckpoint(took, done)
 	}
 }
 
-var _ = taskid.ID{}
-
-// faultSchedule injects one kind of fault every period. Its next time
-// outlives generations, so that frequent recoveries do not keep postponing
-// the other kind of fault.
-type faultSchedule struct {
-	every time.Duration // 0: never
-	next  time.Time
-	timer *time.Timer // the running generation's
-}
-
-// arm starts a generation's timer and returns its channel, nil when the
-// fault is off.
-func (f *faultSchedule) arm(now time.Time) <-chan time.Time {
-	if f.every <= 0 {
-		return nil
+// Kill kills node i abruptly, as a chaos driver does: a child process gets
+// SIGKILL, whatever it is doing (inside a checkpoint too); an in-process
+// worker stops its tasks and aborts its transport. The coordinator notices
+// the death and recovers. Kill fails, killing nothing, unless a generation
+// runs that no kill has hit yet: one kill, one failure, one recovery.
+// Safe for concurrent use with Run.
+func (c *Coordinator) Kill(i int) error {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	if i < 0 || i >= len(c.handles) {
+		return fmt.Errorf("engine: no node %d", i)
 	}
-	if f.next.IsZero() {
-		f.next = now.Add(f.every)
+	if g := c.gen.Load(); g == 0 || !c.gen.CompareAndSwap(g, 0) {
+		return errors.New("engine: no generation runs that a kill has not hit")
 	}
-	f.timer = time.NewTimer(max(0, f.next.Sub(now)))
-	return f.timer.C
+	if err := c.handles[i].kill(); err != nil {
+		return err
+	}
+	c.kills.Add(1)
+	c.event("kill", fmt.Sprintf("node %d", i))
+	return nil
 }
 
-// fired schedules the next fault after one was injected.
-func (f *faultSchedule) fired() {
-	f.next = time.Now().Add(f.every)
-	f.timer.Reset(f.every)
+// Crash makes task panic at its next step in the running generation, as
+// a chaos driver does; the coordinator recovers. It fails between
+// generations. Safe for concurrent use with Run.
+func (c *Coordinator) Crash(task taskid.ID) error {
+	gen := c.gen.Load()
+	node, ok := c.job.Placement(c.cfg.Nodes)[task]
+	c.hmu.Lock()
+	if gen == 0 || !ok || node >= len(c.handles) {
+		c.hmu.Unlock()
+		return fmt.Errorf("engine: cannot crash task %v now", task)
+	}
+	h := c.handles[node]
+	c.hmu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if _, err := h.do(ctx, Request{Op: "crash", Gen: gen, Task: task.String()}); err != nil {
+		return err
+	}
+	c.event("crash", "task "+task.String())
+	return nil
 }
 
-// stop releases a generation's timer.
-func (f *faultSchedule) stop() {
-	if f.timer != nil {
-		f.timer.Stop()
-	}
-}
+// Tasks lists the job's tasks, for a chaos driver to pick from.
+func (c *Coordinator) Tasks() []taskid.ID { return c.job.tasks() }
+
+// Nodes is the number of workers.
+func (c *Coordinator) Nodes() int { return c.cfg.Nodes }

@@ -48,7 +48,7 @@ func writeText(t *testing.T, lines int, seed uint64) string {
 	return p
 }
 
-func runWordCount(t *testing.T, input string, cfg engine.Config) (*engine.Result, map[string]int64) {
+func runWordCount(t *testing.T, input string, cfg engine.Config, f faults) (*engine.Result, map[string]int64) {
 	t.Helper()
 	job := jobs.WordCount(jobs.Spec{Kind: "wordcount", Input: input, Middle: 2, Last: 2})
 	if cfg.Dir == "" {
@@ -61,6 +61,7 @@ func runWordCount(t *testing.T, input string, cfg engine.Config) (*engine.Result
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*slow*time.Second)
 	defer cancel()
+	defer chaos(c, f)()
 	res, err := c.Run(ctx)
 	if err != nil {
 		t.Fatalf("run: %v", err)
@@ -102,7 +103,7 @@ func sameCounts(t *testing.T, got, want map[string]int64) {
 
 func TestWordCountEqualsReferenceWithoutFaults(t *testing.T) {
 	input := writeText(t, 20000, 1)
-	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500})
+	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500}, faults{})
 	sameCounts(t, got, reference(t, input))
 	if res.Checkpoints == 0 {
 		t.Errorf("no checkpoint was taken")
@@ -119,7 +120,8 @@ func TestWordCountSurvivesCrashes(t *testing.T) {
 	// could exhaust the restart policy without a bug.
 	input := writeText(t, 400000, 2)
 	policy := engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
-	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond, CrashEvery: 100 * slow * time.Millisecond, Restart: policy, Seed: 3})
+	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond, Restart: policy},
+		faults{crash: 100 * slow * time.Millisecond, seed: 3})
 	sameCounts(t, got, reference(t, input))
 	if res.Recoveries == 0 || res.Crashes == 0 {
 		t.Errorf("recoveries %d crashes %d: the fault was not exercised", res.Recoveries, res.Crashes)
@@ -130,13 +132,14 @@ func TestWordCountSurvivesCrashes(t *testing.T) {
 func TestRestartPolicyExhaustionIsAClearError(t *testing.T) {
 	input := writeText(t, 200000, 3)
 	job := jobs.WordCount(jobs.Spec{Kind: "wordcount", Input: input})
-	c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true, CrashEvery: 5 * time.Millisecond,
+	c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true,
 		Restart: engine.RestartPolicy{MaxRestarts: 2, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	defer chaos(c, faults{crash: 5 * time.Millisecond})()
 	_, err = c.Run(ctx)
 	if !errors.Is(err, engine.ErrRestartsExhausted) {
 		t.Fatalf("got %v, want ErrRestartsExhausted", err)
@@ -167,7 +170,7 @@ func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
 		{name: "duplicated frames are dropped", input: large, faults: "dup=0.05"},
 		{name: "reset connections are redialed", input: large, faults: "reset=20ms"},
 		{name: "crashed tasks are recovered from the checkpoint", input: large, crash: 100 * time.Millisecond},
-		{name: "killed nodes are restarted and recovered", input: large, kill: 250 * time.Millisecond},
+		{name: "killed nodes are restarted and recovered", input: large, kill: 150 * time.Millisecond},
 		{name: "all faults together", input: large, faults: "drop=0.02,ctrldrop=0.02,dup=0.02,reset=50ms", crash: 150 * time.Millisecond, kill: 250 * time.Millisecond},
 	}
 	seeds := []uint64{1, 2}
@@ -182,7 +185,7 @@ func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
 					t.Fatal(err, rest)
 				}
 				res, got := runWordCount(t, tc.input, engine.Config{Nodes: 3, InitialInterval: 300, CheckpointEvery: 10 * time.Millisecond,
-					Faults: f, CrashEvery: tc.crash * slow, KillEvery: tc.kill * slow, Restart: policy, Seed: seed})
+					Faults: f, Restart: policy}, faults{crash: tc.crash * slow, kill: tc.kill * slow, seed: seed})
 				sameCounts(t, got, want[tc.input])
 				if res.Late != 0 {
 					t.Errorf("%d messages arrived below a completed checkpoint", res.Late)
@@ -236,13 +239,14 @@ func TestPipelineSumsAreExactUnderCrashes(t *testing.T) {
 				t.Fatal(err)
 			}
 			c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true, NoChain: tc.noChain,
-				InitialInterval: 20000, CheckpointEvery: 20 * time.Millisecond, CrashEvery: tc.crash, Seed: 9,
+				InitialInterval: 20000, CheckpointEvery: 20 * time.Millisecond,
 				Restart: engine.RestartPolicy{MaxRestarts: 1000, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*slow*time.Second)
 			defer cancel()
+			defer chaos(c, faults{crash: tc.crash, seed: 9})()
 			res, err := c.Run(ctx)
 			if err != nil {
 				t.Fatal(err)

@@ -26,7 +26,7 @@ func TestEachKillIsOneFailureAndOneRecovery(t *testing.T) {
 	input := writeText(t, 300000, 21)
 	policy := engine.RestartPolicy{MaxRestarts: 1000, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
 	res, got := runWordCount(t, input, engine.Config{Nodes: 3, InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond,
-		KillEvery: 200 * slow * time.Millisecond, Restart: policy, Seed: 5})
+		Restart: policy}, faults{kill: 200 * slow * time.Millisecond, seed: 5})
 	sameCounts(t, got, reference(t, input))
 	if res.Kills < 1 {
 		t.Fatalf("%d kills: the fault was not exercised enough; make the input larger", res.Kills)

@@ -43,6 +43,10 @@ type WorkerConfig struct {
 	// LogSegmentBytes is the size of the source logs' segments, the unit
 	// in which they are deleted; 0: store's default (64 MiB).
 	LogSegmentBytes int64
+	// KillAt, "point:n", makes the worker SIGKILL its own process at a
+	// named point, for tests of worker processes (see killPoints); never
+	// set it on a worker in a process that must survive.
+	KillAt string
 }
 
 // Worker runs the tasks placed on one node. Its control methods are called
@@ -57,6 +61,7 @@ type Worker struct {
 	log   *slog.Logger
 
 	events chan Event
+	killAt *killPoint
 
 	crashes   atomic.Int64 // injected crashes that fired
 	processed atomic.Int64 // messages consumed by sink tasks
@@ -96,6 +101,10 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
+	kp, err := parseKillPoint(cfg.KillAt, cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
 	ccfg := checkpoint.DefaultConfig()
 	ccfg.NoSync, ccfg.Logger, ccfg.Keep = cfg.NoSync, lg, restorableCheckpoints
 	cs, err := checkpoint.OpenConfig(filepath.Join(cfg.Dir, "checkpoints"), ccfg)
@@ -113,7 +122,7 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{job: job, cfg: cfg, node: node, ckpts: cs, log: lg, events: make(chan Event, 64),
-		registered: map[taskid.ID]bool{}}
+		registered: map[taskid.ID]bool{}, killAt: kp}
 	return w, nil
 }
 
@@ -123,8 +132,18 @@ func (w *Worker) Addr() string { return w.node.Addr() }
 // Events delivers task failures.
 func (w *Worker) Events() <-chan Event { return w.events }
 
+// abort cancels the running generation: its sources stop and its tasks'
+// sends return, so that whatever waits on them ends. Safe for concurrent
+// use with every other method; Stop or Start then tear it down.
+func (w *Worker) abort() {
+	if inc := w.inc.Load(); inc != nil {
+		inc.cancel()
+	}
+}
+
 // Close stops the tasks and the node.
 func (w *Worker) Close() {
+	w.abort()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if inc := w.inc.Swap(nil); inc != nil {
@@ -459,11 +478,15 @@ func (w *Worker) Checkpoint(gen uint64, persist bool, tc, next int64) error {
 				return err
 			}
 		}
+		w.reached("checkpoint-after-log-sync")
 	}
 	for _, t := range inc.tasks {
 		if err := t.checkpoint(persist, tc, next); err != nil {
 			return err
 		}
+	}
+	if persist {
+		w.reached("checkpoint-after-save")
 	}
 	return nil
 }
@@ -487,6 +510,7 @@ func (w *Worker) Commit(gen uint64, keep int64) error {
 	if err != nil {
 		return err
 	}
+	w.reached("commit")
 	for _, s := range inc.sources {
 		s.pendingDelete.Store(keep)
 	}
@@ -559,8 +583,10 @@ func (w *Worker) Finish(gen uint64) (map[string][]byte, error) {
 	return res, nil
 }
 
-// Stop stops the running generation.
+// Stop stops the running generation. It aborts the generation before it
+// waits for the control call in progress, which may be waiting on it.
 func (w *Worker) Stop() {
+	w.abort()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if inc := w.inc.Swap(nil); inc != nil {

@@ -107,7 +107,7 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	cfg := engine.Config{
 		Transport: topts,
 		Nodes:     ec.nodes, Dir: dir, CheckpointEvery: ec.ckptEvery, InitialInterval: initial,
-		Faults: f, CrashEvery: crash, KillEvery: kill, Seed: tc.seed, NoSync: !ec.sync, NoChain: !ec.chain,
+		Faults: f, NoSync: !ec.sync, NoChain: !ec.chain,
 		Restart: engine.RestartPolicy{MaxRestarts: ec.maxRestarts, Window: time.Minute, MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second},
 	}
 	if ec.nodes > 1 {
@@ -147,7 +147,9 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	*prog = bench.NewProgress(stderr, c.Processed(), rec)
 	start := time.Now()
 	(*prog).Start()
+	stop := chaos(c, crash, kill, tc.seed)
 	res, err := c.Run(ctx)
+	stop()
 	elapsed := time.Since(start)
 	(*prog).Stop()
 	return res, elapsed, err
