@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/bench/jobs"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/engine/jobs"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -89,7 +89,11 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	if kill > 0 && ec.nodes < 2 {
 		return nil, 0, errors.New("the kill fault needs --nodes 2 or more (it kills worker processes)")
 	}
-	job, err := jobs.Build(spec, rec)
+	var lat jobs.Latency
+	if rec != nil {
+		lat = rec.RecordN
+	}
+	job, err := jobs.Build(spec, lat)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -292,7 +296,7 @@ func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfi
 	if ec.nodes > 1 {
 		rec = nil // the sinks run in other processes
 	}
-	spec := jobs.Spec{Kind: "pipeline", Size: tc.size, DeadlineNs: bench.Now() + int64(tc.duration), Keys: 64,
+	spec := jobs.Spec{Kind: "pipeline", Size: tc.size, DeadlineNs: jobs.Now() + int64(tc.duration), Keys: 64,
 		Middle: ec.parallelism, Last: ec.parallelism}
 	var prog *bench.Progress
 	res, elapsed, err := runEngine(ctx, spec, ec, tc, sec, 1<<17, rec, &prog, stderr)

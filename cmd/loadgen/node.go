@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/sluicehq/sluice/bench/jobs"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/engine/jobs"
 	"github.com/sluicehq/sluice/transport"
 )
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math/bits"
 
-	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/engine"
 )
 
@@ -15,7 +14,7 @@ import (
 // (timestamp i) carries its send time, i, and filler; its key is
 // i mod Keys, and the sinks record, key by key, which i arrived and how
 // often, so that [CheckPipeline] finds every message lost or repeated.
-func Pipeline(spec Spec, rec *bench.Recorder) (*engine.Job, error) {
+func Pipeline(spec Spec, lat Latency) (*engine.Job, error) {
 	if spec.Size < 24 {
 		return nil, fmt.Errorf("jobs: pipeline messages need at least 24 bytes, got %d", spec.Size)
 	}
@@ -30,7 +29,7 @@ func Pipeline(spec Spec, rec *bench.Recorder) (*engine.Job, error) {
 			}},
 			{Name: "pass", Parallelism: spec.Middle, NewTask: func(int) (engine.Task, error) { return &Pass{Keys: keys}, nil }},
 			{Name: "sum", Parallelism: spec.Last, NewTask: func(int) (engine.Task, error) {
-				return &Sum{Keys: keys, seen: map[uint64]*Seen{}, rec: rec}, nil
+				return &Sum{Keys: keys, seen: map[uint64]*Seen{}, lat: lat}, nil
 			}},
 		},
 		Edges: []engine.Edge{
@@ -41,7 +40,7 @@ func Pipeline(spec Spec, rec *bench.Recorder) (*engine.Job, error) {
 }
 
 // GenSource generates message i with timestamp i until Deadline (a
-// bench.Now() value) or Limit messages. Generation is deterministic but
+// [Now] value) or Limit messages. Generation is deterministic but
 // for the send time, so a restarted source continues where its log ends.
 type GenSource struct {
 	Size     int
@@ -56,7 +55,7 @@ func (g *GenSource) Start(next int64) error { g.next = next; return nil }
 
 // Read generates up to 256 messages below limit.
 func (g *GenSource) Read(dst []engine.Record, limit int64) ([]engine.Record, int64, error) {
-	now := bench.Now()
+	now := Now()
 	if (g.Deadline > 0 && now >= g.Deadline) || (g.Limit > 0 && g.next >= g.Limit) {
 		return dst, g.next, io.EOF
 	}
@@ -169,19 +168,19 @@ func (s *Seen) distinct(limit uint64) (in, beyond uint64) {
 type Sum struct {
 	Keys int
 	seen map[uint64]*Seen
-	rec  *bench.Recorder
+	lat  Latency
 }
 
 // Process adds the run and records latencies (one clock read per run),
 // except in the engine's checkpoint copy, which sees every message again.
 func (s *Sum) Process(in []engine.Message, out *engine.Emitter) error {
-	rec := s.rec
+	rec := s.lat
 	if out.CheckpointCopy() {
 		rec = nil
 	}
 	var now int64
 	if rec != nil {
-		now = bench.Now()
+		now = Now()
 	}
 	// Messages of one source read share their send time: equal latencies
 	// in a row are recorded at once.
@@ -204,7 +203,7 @@ func (s *Sum) Process(in []engine.Message, out *engine.Emitter) error {
 		if rec != nil {
 			if l := now - int64(binary.LittleEndian.Uint64(m.Payload)); l != lat || same == 0 {
 				if same > 0 {
-					rec.RecordN(lat, same)
+					rec(lat, same)
 				}
 				lat, same = l, 1
 			} else {
@@ -213,7 +212,7 @@ func (s *Sum) Process(in []engine.Message, out *engine.Emitter) error {
 		}
 	}
 	if same > 0 {
-		rec.RecordN(lat, same)
+		rec(lat, same)
 	}
 	return nil
 }
