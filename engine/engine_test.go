@@ -149,8 +149,6 @@ func TestRestartPolicyExhaustionIsAClearError(t *testing.T) {
 	}
 }
 
-var _ = transport.Faults{}
-
 func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
 	large := writeText(t, 100000, 4)
 	want := map[string]map[string]int64{large: reference(t, large)}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -609,5 +608,3 @@ func removeAll(dir string) error {
 	}
 	return nil
 }
-
-var _ = io.EOF
