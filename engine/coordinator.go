@@ -113,8 +113,9 @@ type Result struct {
 }
 
 // Coordinator runs a job on its workers: it starts every generation, polls
-// the clocks, triggers checkpoints, injects crash and kill faults, and
-// recovers from failures. A Coordinator runs one job once.
+// the clocks, triggers checkpoints, and recovers from failures, including
+// those a chaos driver injects through [Coordinator.Kill] and
+// [Coordinator.Crash]. A Coordinator runs one job once.
 type Coordinator struct {
 	job       *Job
 	cfg       Config

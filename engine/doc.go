@@ -24,7 +24,7 @@
 // is the acknowledgement. The [Coordinator] drives the workers: in
 // this process for one node, or over a JSON-lines control plane on the
 // stdin and stdout of `loadgen node` children (see [ServeWorker] and
-// [ProcessWorker]).
+// [ProcessSpawner]).
 //
 // # Exactly-once
 //
