@@ -53,6 +53,9 @@ type Report struct {
 	Faults      map[string]int64 `json:"faults,omitempty"`
 	Recoveries  int64            `json:"recoveries"`
 	Checkpoints int64            `json:"checkpoints"`
+	// Recovery summarizes what the failures of an engine run cost; nil
+	// when nothing failed.
+	Recovery *Recovery `json:"recovery,omitempty"`
 	// ExactlyOnce is nil when the scenario did not check delivery, else
 	// whether every message was delivered exactly once.
 	ExactlyOnce *bool `json:"exactly_once,omitempty"`
@@ -137,6 +140,43 @@ type Sample struct {
 	Delivered int64 `json:"delivered"`
 	// Faults lists the kinds of the fault events marked during the interval.
 	Faults []string `json:"faults,omitempty"`
+}
+
+// Recovery is what the failures of an engine run cost, in milliseconds:
+// how long recoveries took (from a failure being noticed to the new
+// generation running) and how much wall time each failure lost (until the
+// job's global clock passed where it had been, or the next failure came).
+type Recovery struct {
+	Failures    int     `json:"failures"`
+	P50Ms       float64 `json:"p50_ms"`
+	MaxMs       float64 `json:"max_ms"`
+	LostP50Ms   float64 `json:"lost_p50_ms"`
+	LostMaxMs   float64 `json:"lost_max_ms"`
+	LostTotalMs float64 `json:"lost_total_ms"`
+}
+
+// NewRecovery summarizes recovery times and lost times; nil when both
+// are empty.
+func NewRecovery(recoveries, lost []time.Duration) *Recovery {
+	if len(recoveries) == 0 && len(lost) == 0 {
+		return nil
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	p50max := func(ds []time.Duration) (p50, mx float64) {
+		if len(ds) == 0 {
+			return 0, 0
+		}
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return ms(s[(len(s)-1)/2]), ms(s[len(s)-1])
+	}
+	r := &Recovery{Failures: max(len(recoveries), len(lost))}
+	r.P50Ms, r.MaxMs = p50max(recoveries)
+	r.LostP50Ms, r.LostMaxMs = p50max(lost)
+	for _, d := range lost {
+		r.LostTotalMs += ms(d)
+	}
+	return r
 }
 
 // Event is a fault injected during a run.
@@ -247,6 +287,10 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	}
 	row("wire bytes", fmt.Sprintf("%s (%s per message)", grouped(r.WireBytes), sig3(r.WireBytesPerMsg)))
 	row("recoveries", grouped(r.Recoveries))
+	if rc := r.Recovery; rc != nil {
+		row("recovery time p50 / max", fmt.Sprintf("%s / %s ms", sig3(rc.P50Ms), sig3(rc.MaxMs)))
+		row("time lost per failure p50 / max / total", fmt.Sprintf("%s / %s / %s ms", sig3(rc.LostP50Ms), sig3(rc.LostMaxMs), sig3(rc.LostTotalMs)))
+	}
 	row("checkpoints", grouped(r.Checkpoints))
 
 	if len(r.Faults) > 0 {

@@ -117,7 +117,7 @@ func TestOptionalKeysAreLeftOutWhenEmpty(t *testing.T) {
 	if err := WriteJSON(&buf, &Report{Scenario: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{`"faults"`, `"exactly_once"`, `"timeline"`, `"events"`, `"notes"`} {
+	for _, k := range []string{`"faults"`, `"exactly_once"`, `"timeline"`, `"events"`, `"notes"`, `"recovery"`} {
 		if strings.Contains(buf.String(), k) {
 			t.Errorf("empty report has %s: %s", k, buf.String())
 		}
@@ -158,6 +158,29 @@ func TestMarkdownStatesExactlyOnceAndShowsMachineAndConfig(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestNewRecoverySummarizesRecoveryAndLostTimes(t *testing.T) {
+	if r := NewRecovery(nil, nil); r != nil {
+		t.Errorf("no failures gave %+v, want nil", r)
+	}
+	ms := time.Millisecond
+	r := NewRecovery([]time.Duration{300 * ms, 100 * ms, 200 * ms}, []time.Duration{500 * ms, 900 * ms, 400 * ms, 700 * ms})
+	want := Recovery{Failures: 4, P50Ms: 200, MaxMs: 300, LostP50Ms: 500, LostMaxMs: 900, LostTotalMs: 2500}
+	if *r != want {
+		t.Errorf("got %+v, want %+v", *r, want)
+	}
+	rep := sampleReport()
+	rep.Recovery = r
+	var buf bytes.Buffer
+	if err := WriteMarkdown(&buf, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{"| recovery time p50 / max | 200 / 300 ms |", "| time lost per failure p50 / max / total | 500 / 900 / 2500 ms |"} {
+		if !strings.Contains(buf.String(), row) {
+			t.Errorf("markdown lacks %q", row)
+		}
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -37,6 +36,12 @@ func DefaultRestartPolicy() RestartPolicy {
 // ErrRestartsExhausted means the pipeline failed more often than its
 // RestartPolicy allows; the error wrapping it names the last failure.
 var ErrRestartsExhausted = errors.New("engine: restart policy exhausted")
+
+// ErrCheckpointsLost means recovery found no checkpoint the source logs
+// can replay from: every checkpoint every task still has (none, when the
+// files are missing or corrupt) is older than what the logs were
+// truncated to. The job cannot go on exactly once; it stops.
+var ErrCheckpointsLost = errors.New("engine: no checkpoint the source logs can replay from")
 
 // Config configures a [Coordinator].
 type Config struct {
@@ -74,17 +79,14 @@ type Config struct {
 	// Faults are the transport faults every in-process worker injects
 	// (children get theirs from Spawn).
 	Faults transport.Faults
-	// CrashEvery makes a random task panic every CrashEvery; KillEvery
-	// kills a random node (SIGKILL for child processes) and starts it
-	// again. 0: never.
-	CrashEvery, KillEvery time.Duration
-	// Seed seeds the choice of crashed tasks and killed nodes.
-	Seed uint64
 	// NoSync skips fsyncs (in-process workers).
 	NoSync bool
 	// NoChain keeps the transport on every edge of a one-node job
 	// (WorkerConfig.NoChain).
 	NoChain bool
+	// LogSegmentBytes is WorkerConfig.LogSegmentBytes of the in-process
+	// workers.
+	LogSegmentBytes int64
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// OnEvent, if set, is told of faults and recoveries as they happen.
@@ -101,8 +103,8 @@ type Result struct {
 	Results     map[string][]byte
 	Checkpoints int64
 	Recoveries  int64
-	Crashes     int64 // injected task crashes that fired
-	Kills       int64 // nodes killed
+	Crashes     int64 // injected task crashes that fired ([Coordinator.Crash])
+	Kills       int64 // nodes killed ([Coordinator.Kill])
 	// Late counts messages that reached a stateful task below a completed
 	// checkpoint; anything but 0 is a bug in the clock.
 	Late int64
@@ -113,7 +115,12 @@ type Result struct {
 	RecoveryTimes []time.Duration
 	// Resumed is set when the job continued from an earlier
 	// coordinator's journal.
-	Resumed   *Resumed
+	Resumed *Resumed
+	// LostTimes is, per failure, the wall time the job lost to it: from
+	// the failure being noticed until the global clock passed the highest
+	// value it had reached before, or until the next failure if that came
+	// first. Their sum is the time the job spent redoing work.
+	LostTimes []time.Duration
 	Transport transport.FaultStats
 	// WireBytes is what the workers' transport nodes wrote to their
 	// sockets, as of their last clock round (0 when every edge was
@@ -122,8 +129,9 @@ type Result struct {
 }
 
 // Coordinator runs a job on its workers: it starts every generation, polls
-// the clocks, triggers checkpoints, injects crash and kill faults, and
-// recovers from failures. A Coordinator runs one job once.
+// the clocks, triggers checkpoints, and recovers from failures, including
+// those a chaos driver injects through [Coordinator.Kill] and
+// [Coordinator.Crash]. A Coordinator runs one job once.
 type Coordinator struct {
 	job       *Job
 	cfg       Config
@@ -132,14 +140,34 @@ type Coordinator struct {
 	processed atomic.Int64
 	events    chan Event
 	handles   []handle
-	rng       *rand.Rand
 	jr        *journal.Journal // the decisions a restarted coordinator resumes from
 	resumed   *Resumed
 
-	// the checkpoint schedule of the running generation
-	target, horizon, interval int64
-	// the fault schedules
-	crashes, kills faultSchedule
+	// The checkpoint schedule: interval is learned, the timestamp units
+	// the global clock advances in CheckpointEvery of wall time; step is
+	// the running generation's distance between checkpoints, which starts
+	// small after a recovery and doubles up to its limit.
+	target, horizon, interval, step int64
+	// failures is the liveness bookkeeping: when the last failure was
+	// noticed, the gap before it, and the time lost to it while the
+	// global clock has not yet come back to where it was.
+	failures struct {
+		last time.Time
+		gap  time.Duration
+		high int64 // the highest global clock seen in any generation
+		lost *lost // the last failure, until the clock passes its mark
+	}
+	// restorable are the completed checkpoints recovery may choose, oldest
+	// first: the checkpoint stores keep the newest two of every task, so
+	// that a corrupt newest file leaves an older one. The source logs keep
+	// what the oldest needs; logFloor is what they were truncated to.
+	restorable []int64
+	logFloor   int64
+	// hmu guards handles while Run creates them, against Kill and Crash;
+	// gen is the running generation, 0 between generations.
+	hmu   sync.Mutex
+	gen   atomic.Uint64
+	kills atomic.Int64
 
 	st stats
 
@@ -181,9 +209,7 @@ func NewCoordinator(job *Job, cfg Config) (*Coordinator, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
-	c := &Coordinator{job: job, cfg: cfg, log: lg, depth: d, events: make(chan Event, 256),
-		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed))}
-	c.crashes.every, c.kills.every = cfg.CrashEvery, cfg.KillEvery
+	c := &Coordinator{job: job, cfg: cfg, log: lg, depth: d, events: make(chan Event, 256), logFloor: math.MinInt64}
 	c.mu.last = make([]ClockReply, cfg.Nodes)
 	c.mu.faults = make([]transport.FaultStats, cfg.Nodes)
 	return c, nil
@@ -202,26 +228,47 @@ func (c *Coordinator) event(kind, detail string) {
 
 const callTimeout = 60 * time.Second
 
+// all makes the call req on every node at once. It returns at the first
+// failure, a failed call or, for a call of a generation, a failure event
+// of that generation, without waiting for the other calls: they may be
+// waiting on the failure (a task blocked on credit from a dead node holds
+// a checkpoint call until the generation stops); their answers are
+// dropped.
 func (c *Coordinator) all(ctx context.Context, req Request) ([]Response, error) {
-	out := make([]Response, len(c.handles))
-	errs := make([]error, len(c.handles))
-	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	type result struct {
+		i   int
+		r   Response
+		err error
+	}
+	results := make(chan result, len(c.handles))
 	for i, h := range c.handles {
-		wg.Add(1)
 		go func() {
-			defer wg.Done()
-			cctx, cancel := context.WithTimeout(ctx, callTimeout)
-			defer cancel()
-			out[i], errs[i] = h.do(cctx, req)
-			if errs[i] == nil {
-				c.noteFaults(i, out[i])
+			r, err := h.do(ctx, req)
+			if err == nil {
+				c.noteFaults(i, r)
 			}
+			results <- result{i, r, err}
 		}()
 	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return out, fmt.Errorf("node %d %s: %w", i, req.Op, err)
+	var events <-chan Event
+	if req.Gen != 0 {
+		events = c.events
+	}
+	out := make([]Response, len(c.handles))
+	for n := 0; n < len(c.handles); {
+		select {
+		case res := <-results:
+			if res.err != nil {
+				return nil, fmt.Errorf("node %d %s: %w", res.i, req.Op, res.err)
+			}
+			out[res.i] = res.r
+			n++
+		case ev := <-events:
+			if !c.stale(ev, req.Gen) {
+				return nil, fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
+			}
 		}
 	}
 	return out, nil
@@ -267,6 +314,7 @@ func (c *Coordinator) totals(res *Result) {
 		f = f.Add(c.mu.faults[i])
 	}
 	res.Crashes, res.Late, res.Filtered, res.Transport = t.Crashes, t.Late, t.Filtered, f
+	res.Kills = c.kills.Load()
 	res.WireBytes = t.WireBytes
 }
 
@@ -289,13 +337,15 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 		} else {
 			h, err = newLocalHandle(c.job, WorkerConfig{Dir: filepath.Join(c.cfg.Dir, fmt.Sprintf("node%d", i)),
 				Faults: c.nodeFaults(i), NoSync: c.cfg.NoSync, NoChain: c.cfg.NoChain, Logger: c.cfg.Logger,
-				Transport: c.cfg.Transport}, i, c.events)
+				Transport: c.cfg.Transport, LogSegmentBytes: c.cfg.LogSegmentBytes}, i, c.events)
 		}
 		if err != nil {
 			c.closeAll()
 			return nil, err
 		}
+		c.hmu.Lock()
 		c.handles = append(c.handles, h)
+		c.hmu.Unlock()
 	}
 	defer c.closeAll()
 
@@ -322,6 +372,10 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 	var failedAt time.Time
 	for {
 		gen++
+		// Events left from the generation that failed are old news: a
+		// task's carries its generation, a node's death shows as a handle
+		// that is not alive.
+		c.drainEvents()
 		// Restart nodes that died, then find the newest common checkpoint.
 		for i, h := range c.handles {
 			if !h.alive() {
@@ -332,7 +386,20 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			}
 		}
 		restore, has, err := c.restorePoint(ctx, stateful)
+		if err == nil && c.logFloor != math.MinInt64 && (!has || restore < c.logFloor) {
+			c.totals(res)
+			newest := "none"
+			if has {
+				newest = fmt.Sprint(restore)
+			}
+			return nil, fmt.Errorf("%w: the newest checkpoint every task has is %s, the logs keep records from %d on",
+				ErrCheckpointsLost, newest, c.logFloor)
+		}
 		if err == nil {
+			c.restorable = c.restorable[:0]
+			if has {
+				c.restorable = append(c.restorable, restore)
+			}
 			if err := c.journalGeneration(gen, restore, has); err != nil {
 				return nil, err
 			}
@@ -345,7 +412,7 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			}
 			var results map[string][]byte
 			before := res.Checkpoints
-			results, err = c.drive(ctx, gen, restore, has, res)
+			results, err = c.drive(ctx, gen, res)
 			if res.Checkpoints > before {
 				backoff = c.cfg.Restart.MinBackoff // the last generation made progress
 			}
@@ -360,15 +427,15 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			return nil, ctx.Err()
 		}
 		failedAt = time.Now()
+		c.failed(failedAt, res)
 		c.event("failure", err.Error())
-		now := time.Now()
 		keep := restarts[:0]
 		for _, t := range restarts {
-			if now.Sub(t) < c.cfg.Restart.Window {
+			if failedAt.Sub(t) < c.cfg.Restart.Window {
 				keep = append(keep, t)
 			}
 		}
-		restarts = append(keep, now)
+		restarts = append(keep, failedAt)
 		if len(restarts) > c.cfg.Restart.MaxRestarts {
 			c.totals(res)
 			return nil, fmt.Errorf("%w: %d failures within %v, the last: %v", ErrRestartsExhausted,
@@ -385,6 +452,120 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 		backoff = min(2*backoff, c.cfg.Restart.MaxBackoff)
 		c.event("recovery", fmt.Sprintf("generation %d", gen+1))
 	}
+}
+
+// causeWait is how long cause waits for the report of a failure.
+const causeWait = 50 * time.Millisecond
+
+// cause returns the failure behind err, a control call that failed in
+// generation gen: a task's failure event, if one comes within causeWait (a
+// checkpoint call fails with "task has failed" while the task's own report
+// is still on its way), else err.
+func (c *Coordinator) cause(gen uint64, err error) error {
+	t := time.NewTimer(causeWait)
+	defer t.Stop()
+	for {
+		select {
+		case ev := <-c.events:
+			if !c.stale(ev, gen) {
+				return fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
+			}
+		case <-t.C:
+			return err
+		}
+	}
+}
+
+// drainEvents throws away the events waiting between two generations.
+func (c *Coordinator) drainEvents() {
+	for {
+		select {
+		case <-c.events:
+		default:
+			return
+		}
+	}
+}
+
+// stale says whether ev is old news for generation gen: a task failure of
+// another generation, or the death of a process already replaced.
+func (c *Coordinator) stale(ev Event, gen uint64) bool {
+	if ev.Gen != 0 {
+		return ev.Gen != gen
+	}
+	if ev.Node < 0 || ev.Node >= len(c.handles) {
+		return true
+	}
+	return ev.Life != c.handles[ev.Node].life()
+}
+
+// lost is a failure whose cost is still being counted: the job has lost
+// the time since at until the global clock passes mark.
+type lost struct {
+	at   time.Time
+	mark int64
+}
+
+// failed notes a failure at now: it ends the count of the previous
+// failure's lost time if the clock had not yet caught up, starts this
+// one's, and remembers the gap between failures, which bounds how far
+// apart checkpoints may be (see every).
+func (c *Coordinator) failed(now time.Time, res *Result) {
+	f := &c.failures
+	if f.lost != nil {
+		res.LostTimes = append(res.LostTimes, now.Sub(f.lost.at))
+	}
+	f.lost = &lost{at: now, mark: f.high}
+	if !f.last.IsZero() {
+		f.gap = now.Sub(f.last)
+	}
+	f.last = now
+}
+
+// progressed records the global clock m of a round: the lost time of the
+// last failure ends once m passes the highest clock seen before it.
+func (c *Coordinator) progressed(m int64, now time.Time, res *Result) {
+	f := &c.failures
+	if m == clock.Start {
+		return
+	}
+	if f.lost != nil && m > f.lost.mark {
+		res.LostTimes = append(res.LostTimes, now.Sub(f.lost.at))
+		f.lost = nil
+	}
+	if m != clock.Idle {
+		f.high = max(f.high, m)
+	}
+}
+
+// restorableCheckpoints is how many checkpoints per task the workers'
+// checkpoint stores keep (checkpoint.DefaultConfig().Keep).
+const restorableCheckpoints = 2
+
+// rampStart is how much smaller than the learned interval the first step
+// after a recovery is: the first checkpoint then completes soon after the
+// recovery, whatever the failures' rate, and each later one, twice as far
+// apart, keeps a larger share of the work done since (see limit).
+const rampStart = 64
+
+// every is the wall time checkpoints aim to be apart: CheckpointEvery, or
+// a quarter of the time between the last two failures when failures come
+// more often (or of the time since the last one, once that is longer), so
+// that several checkpoints complete between two failures.
+func (c *Coordinator) every(now time.Time) time.Duration {
+	e := c.cfg.CheckpointEvery
+	if f := &c.failures; f.gap > 0 {
+		if q := max(now.Sub(f.last), f.gap) / 4; q < e {
+			e = max(q, time.Millisecond)
+		}
+	}
+	return e
+}
+
+// limit is the step that matches every: the learned interval scaled to
+// that wall time. After a checkpoint the step doubles up to it.
+func (c *Coordinator) limit(now time.Time) int64 {
+	return max(1, int64(float64(c.interval)*float64(c.every(now))/float64(c.cfg.CheckpointEvery)))
 }
 
 func (c *Coordinator) nodeFaults(i int) transport.Faults {
@@ -452,9 +633,15 @@ func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restor
 	}
 	if c.interval == 0 {
 		c.interval = c.cfg.InitialInterval
+		c.step = c.interval
 	}
-	c.target = base + c.interval
-	c.horizon = c.target + c.interval
+	if gen > 1 {
+		// After a recovery the first checkpoint comes soon, so that the
+		// work redone is kept even if the next failure follows closely.
+		c.step = max(1, c.interval/rampStart)
+	}
+	c.target = base + c.step
+	c.horizon = c.target + c.step
 	for i, h := range c.handles {
 		cmd := StartCmd{Gen: gen, Node: i, Addrs: addrs, Placement: place, Restore: restore, HasRestore: has,
 			Target: c.target, Horizon: c.horizon}
@@ -471,7 +658,7 @@ func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restor
 
 // drive runs one generation until the end of input (returning the
 // results) or a failure.
-func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has bool, res *Result) (map[string][]byte, error) {
+func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[string][]byte, error) {
 	window := 1
 	every := time.Millisecond
 	if len(c.handles) > 1 {
@@ -481,42 +668,29 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 	clk := newRounds(len(c.handles), window)
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
-	now := time.Now()
-	crashC, killC := c.crashes.arm(now), c.kills.arm(now)
-	defer c.crashes.stop()
-	defer c.kills.stop()
-	ids := c.job.tasks()
-	lastDone, lastTc := time.Now(), c.target-c.interval
+	c.gen.Store(gen)
+	defer c.gen.Store(0)
+	// The clock's rate is learned between two checkpoints of one
+	// generation at full step: the first after a start includes the
+	// start, and ramping steps measure the checkpoints' cost more than
+	// the clock's rate.
+	var lastDone time.Time
+	var lastTc int64
+	var took time.Duration // how long the last checkpoint took
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case ev := <-c.events:
-			if ev.Gen != 0 && ev.Gen != gen {
+			if c.stale(ev, gen) {
 				continue
 			}
 			return nil, fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
-		case <-crashC:
-			c.crashes.fired()
-			id := ids[c.rng.IntN(len(ids))]
-			node := c.job.Placement(len(c.handles))[id]
-			if _, err := c.handles[node].do(ctx, Request{Op: "crash", Gen: gen, Task: id.String()}); err == nil {
-				c.event("crash", "task "+id.String())
-			}
-			continue
-		case <-killC:
-			c.kills.fired()
-			i := c.rng.IntN(len(c.handles))
-			if err := c.handles[i].kill(); err == nil {
-				res.Kills++
-				c.event("kill", fmt.Sprintf("node %d", i))
-			}
-			continue
 		case <-ticker.C:
 		}
 		rs, err := c.all(ctx, Request{Op: "clock", Gen: gen})
 		if err != nil {
-			return nil, err
+			return nil, c.cause(gen, err)
 		}
 		for i, r := range rs {
 			clk.report(i, r.Clock.Min)
@@ -524,6 +698,7 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 		clk.endRound()
 		m := clk.min()
 		c.statsClock(m, time.Now())
+		c.progressed(m, time.Now(), res)
 		if m == clock.Idle {
 			out := map[string][]byte{}
 			rs, err := c.all(ctx, Request{Op: "finish", Gen: gen})
@@ -544,64 +719,95 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, restore int64, has 
 		tc, next := c.target, c.horizon
 		ckptStart := time.Now()
 		if _, err := c.all(ctx, Request{Op: "checkpoint", Gen: gen, Persist: true, Ts: tc, Next: next}); err != nil {
-			return nil, err
+			return nil, c.cause(gen, err)
 		}
-		res.Checkpoints++
 		now := time.Now()
-		if el := now.Sub(lastDone); el > 0 && tc > lastTc {
-			want := int64(float64(tc-lastTc) * float64(c.cfg.CheckpointEvery) / float64(el))
+		if el := now.Sub(lastDone); !lastDone.IsZero() && el > 0 && tc > lastTc {
+			// A checkpoint that takes longer than half CheckpointEvery
+			// (a large state) gets checkpoints twice its own length
+			// apart, so that checkpointing never takes most of the time.
+			period := max(c.cfg.CheckpointEvery, 2*took)
+			want := int64(float64(tc-lastTc) * float64(period) / float64(el))
 			c.interval = max(1, min(max(want, c.interval/4), c.interval*4))
 		}
-		lastDone, lastTc = now, tc
+		limit := c.limit(now)
+		if c.step >= limit {
+			lastDone, lastTc = now, tc // at full step: the next one measures the rate
+		} else {
+			lastDone = time.Time{}
+		}
+		c.step = max(1, min(2*c.step, limit))
 		if err := c.journalCheckpoint(gen, tc); err != nil {
 			return nil, err
 		}
 		c.target = next
-		c.horizon = next + c.interval
+		c.horizon = next + c.step
 		if _, err := c.all(ctx, Request{Op: "horizon", Gen: gen, Ts: c.horizon}); err != nil {
 			return nil, err
 		}
-		if _, err := c.all(ctx, Request{Op: "commit", Gen: gen, Ts: tc}); err != nil {
+		if c.restorable = append(c.restorable, tc); len(c.restorable) > restorableCheckpoints {
+			c.restorable = c.restorable[1:]
+		}
+		keep := c.restorable[0]
+		if _, err := c.all(ctx, Request{Op: "commit", Gen: gen, Ts: keep}); err != nil {
 			return nil, err
 		}
+		c.logFloor = max(c.logFloor, keep)
 		done := time.Now()
-		c.statsCheckpoint(done.Sub(ckptStart), done)
+		c.log.Debug("engine: checkpoint", "ts", tc, "step", c.step, "interval", c.interval, "took", done.Sub(ckptStart))
+		took = done.Sub(ckptStart)
+		res.Checkpoints++ // counted once committed, as Stats counts it
+		c.statsCheckpoint(took, done)
 	}
 }
 
-var _ = taskid.ID{}
-
-// faultSchedule injects one kind of fault every period. Its next time
-// outlives generations, so that frequent recoveries do not keep postponing
-// the other kind of fault.
-type faultSchedule struct {
-	every time.Duration // 0: never
-	next  time.Time
-	timer *time.Timer // the running generation's
-}
-
-// arm starts a generation's timer and returns its channel, nil when the
-// fault is off.
-func (f *faultSchedule) arm(now time.Time) <-chan time.Time {
-	if f.every <= 0 {
-		return nil
+// Kill kills node i abruptly, as a chaos driver does: a child process gets
+// SIGKILL, whatever it is doing (inside a checkpoint too); an in-process
+// worker stops its tasks and aborts its transport. The coordinator notices
+// the death and recovers. Kill fails, killing nothing, unless a generation
+// runs that no kill has hit yet: one kill, one failure, one recovery.
+// Safe for concurrent use with Run.
+func (c *Coordinator) Kill(i int) error {
+	c.hmu.Lock()
+	defer c.hmu.Unlock()
+	if i < 0 || i >= len(c.handles) {
+		return fmt.Errorf("engine: no node %d", i)
 	}
-	if f.next.IsZero() {
-		f.next = now.Add(f.every)
+	if g := c.gen.Load(); g == 0 || !c.gen.CompareAndSwap(g, 0) {
+		return errors.New("engine: no generation runs that a kill has not hit")
 	}
-	f.timer = time.NewTimer(max(0, f.next.Sub(now)))
-	return f.timer.C
+	if err := c.handles[i].kill(); err != nil {
+		return err
+	}
+	c.kills.Add(1)
+	c.event("kill", fmt.Sprintf("node %d", i))
+	return nil
 }
 
-// fired schedules the next fault after one was injected.
-func (f *faultSchedule) fired() {
-	f.next = time.Now().Add(f.every)
-	f.timer.Reset(f.every)
+// Crash makes task panic at its next step in the running generation, as
+// a chaos driver does; the coordinator recovers. It fails between
+// generations. Safe for concurrent use with Run.
+func (c *Coordinator) Crash(task taskid.ID) error {
+	gen := c.gen.Load()
+	node, ok := c.job.Placement(c.cfg.Nodes)[task]
+	c.hmu.Lock()
+	if gen == 0 || !ok || node >= len(c.handles) {
+		c.hmu.Unlock()
+		return fmt.Errorf("engine: cannot crash task %v now", task)
+	}
+	h := c.handles[node]
+	c.hmu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if _, err := h.do(ctx, Request{Op: "crash", Gen: gen, Task: task.String()}); err != nil {
+		return err
+	}
+	c.event("crash", "task "+task.String())
+	return nil
 }
 
-// stop releases a generation's timer.
-func (f *faultSchedule) stop() {
-	if f.timer != nil {
-		f.timer.Stop()
-	}
-}
+// Tasks lists the job's tasks, for a chaos driver to pick from.
+func (c *Coordinator) Tasks() []taskid.ID { return c.job.tasks() }
+
+// Nodes is the number of workers.
+func (c *Coordinator) Nodes() int { return c.cfg.Nodes }

@@ -34,10 +34,11 @@ type Task interface {
 	Process(in []Message, out *Emitter) error
 }
 
-// Stateful is a Task (or Source) whose state is checkpointed. The engine
-// keeps a second instance of the task, made by the same factory, as the
-// checkpoint copy; Snapshot and Restore move state between them and to and
-// from disk.
+// Stateful is a Task whose state is checkpointed. The engine keeps a
+// second instance of the task, made by the same factory, as the checkpoint
+// copy; Snapshot and Restore move state between them and to and from disk.
+// Sources are never snapshotted, even if they implement Stateful: a
+// source's position is its state, set again by [Source.Start].
 type Stateful interface {
 	// Snapshot appends the encoded state to dst.
 	Snapshot(dst []byte) ([]byte, error)

@@ -34,9 +34,13 @@
 // engine/store log before emitting it. Every task reports its minimum clock
 // to its worker: the least timestamp among its unacknowledged output (the
 // transport acknowledges a message only after the target's handler
-// returned), its state, and, for a source, the next record it may read. A
-// task reports before its handler returns, so its successor's report always
-// covers what it hands on before its predecessor's report lets go of it.
+// returned) and, for a source, the next record it may read. A task's state
+// is not in its clock: a task emits what a run causes while it processes
+// that run, with the run's timestamps, and keeps nothing in its state to
+// emit later (a sink's result comes out of its final state at the end,
+// through [Finisher]). A task reports before its handler returns, so its
+// successor's report always covers what it hands on before its
+// predecessor's report lets go of it.
 // The coordinator polls the workers in rounds and keeps the global minimum
 // with engine/clock; with several processes it takes the least of the last
 // depth+1 complete rounds, because a message can slip between two nodes'
@@ -54,8 +58,13 @@
 // fsync their logs, and, since no message at or beyond the horizon exists
 // yet, the checkpoint copy becomes a copy of the current state for the next
 // Tc; then the coordinator raises the horizon and sources delete log
-// segments older than Tc. The interval, in timestamp units, adapts so that
-// checkpoints come about every [Config.CheckpointEvery] of wall time.
+// segments older than the oldest checkpoint recovery may still choose (the
+// stores keep two per task, so that a corrupt newest file leaves an older
+// one the logs can replay from). The interval, in timestamp units, adapts
+// so that checkpoints come about every [Config.CheckpointEvery] of wall
+// time, or a quarter of the time between failures when they come more
+// often. Sources are not checkpointed: a source's position is its state,
+// and it restarts at the record after the last one in its log.
 //
 // A task that panics or returns an error freezes the global clock and is
 // reported to the coordinator, which recovers the simplest correct way: it
@@ -63,8 +72,15 @@
 // checkpoint, restarts all tasks with a new generation (the channels' new
 // epoch fences off whatever the old one still sends), and the sources
 // replay their logs from the checkpoint's timestamp; restored tasks drop
-// with a timestamp filter what the checkpoint already holds. A
-// [RestartPolicy] bounds how often that may happen. Sinks produce their
+// with a timestamp filter what the checkpoint already holds. Each failure
+// is counted once and recovered once: a node's death that is noticed by a
+// failed control call and again by its exit event, or after the node was
+// restarted, is one failure. After a recovery the first checkpoint comes
+// at a small fraction of the interval and the interval doubles from there,
+// so the job moves forward as long as failures are further apart than a
+// recovery plus one small checkpoint. A [RestartPolicy] bounds how often
+// recovery may happen; beyond it, or when no checkpoint the logs can
+// replay from is left ([ErrCheckpointsLost]), the run ends with an error. Sinks produce their
 // output from their final state at the end of input ([Finisher]), so replay
 // never writes anything twice. Link faults are not failures: the transport
 // re-sends lost messages and drops duplicates on its own.

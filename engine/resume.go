@@ -186,9 +186,9 @@ func (c *Coordinator) journalCheckpoint(gen uint64, tc int64) error {
 }
 
 // restorePoint is the checkpoint a generation restores: the journal's last
-// completed one. The workers' newest common checkpoint is at least as new
-// (a later one may have been saved everywhere without being journaled);
-// anything older means their files were lost.
+// completed one, when the workers all hold it (their newest common one may
+// be later: saved everywhere, never journaled); otherwise, when a worker's
+// copy was found corrupt and skipped, the newest they all hold.
 func (c *Coordinator) restorePoint(ctx context.Context, stateful [][]string) (int64, bool, error) {
 	st := c.jr.State()
 	if !st.HasCheckpoint {
@@ -198,9 +198,11 @@ func (c *Coordinator) restorePoint(ctx context.Context, stateful [][]string) (in
 	if err != nil {
 		return 0, false, err
 	}
-	if stateless := !slices.ContainsFunc(stateful, func(s []string) bool { return len(s) > 0 }); !stateless && (!ok || ts < st.Checkpoint) {
-		return 0, false, fmt.Errorf("engine: the workers' checkpoints end before %d, the last one the journal says completed (ok %v, %d)",
-			st.Checkpoint, ok, ts)
+	if stateless := !slices.ContainsFunc(stateful, func(s []string) bool { return len(s) > 0 }); stateless || (ok && ts >= st.Checkpoint) {
+		return st.Checkpoint, true, nil
 	}
-	return st.Checkpoint, true, nil
+	// The workers no longer hold the journal's newest checkpoint (one was
+	// found corrupt and skipped): fall back to the newest they all hold;
+	// Run refuses it if the logs no longer reach back to it.
+	return ts, ok, nil
 }

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/jobs"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/engine/jobs"
 	"github.com/sluicehq/sluice/metrics"
 )
 
@@ -25,13 +25,15 @@ func TestCoordinatorStatsSayWhatTheRunDid(t *testing.T) {
 	policy := engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
 	job := jobs.WordCount(jobs.Spec{Kind: "wordcount", Input: input, Middle: 2, Last: 2})
 	c, err := engine.NewCoordinator(job, engine.Config{Dir: filepath.Join(t.TempDir(), "d"), NoSync: true, InitialInterval: 500,
-		CheckpointEvery: 10 * time.Millisecond, CrashEvery: 50 * slow * time.Millisecond, Restart: policy, Seed: 3})
+		CheckpointEvery: 10 * time.Millisecond, Restart: policy})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	stop := chaos(c, faults{crash: 50 * slow * time.Millisecond, seed: 3})
 	res, err := c.Run(ctx)
+	stop()
 	if err != nil {
 		t.Fatal(err)
 	}

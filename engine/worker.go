@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -40,6 +39,13 @@ type WorkerConfig struct {
 	// Transport holds further options of the node's transport:
 	// authentication (transport.WithKey), TLS, limits.
 	Transport []transport.Option
+	// LogSegmentBytes is the size of the source logs' segments, the unit
+	// in which they are deleted; 0: store's default (64 MiB).
+	LogSegmentBytes int64
+	// KillAt, "point:n", makes the worker SIGKILL its own process at a
+	// named point, for tests of worker processes (see killPoints); never
+	// set it on a worker in a process that must survive.
+	KillAt string
 }
 
 // Worker runs the tasks placed on one node. Its control methods are called
@@ -55,6 +61,7 @@ type Worker struct {
 	log   *slog.Logger
 
 	events chan Event
+	killAt *killPoint
 
 	crashes   atomic.Int64 // injected crashes that fired
 	processed atomic.Int64 // messages consumed by sink tasks
@@ -67,11 +74,18 @@ type Worker struct {
 	registered map[taskid.ID]bool
 }
 
-// Event is a task failure a worker reports to the coordinator.
+// Event is a failure reported to the coordinator: a task's, by its worker
+// (Gen is the task's generation), or a node's death, by the coordinator's
+// handle of the node (Gen 0, Node and Life say which process died).
 type Event struct {
 	Gen  uint64 `json:"gen"`
 	Task string `json:"task"`
 	Err  string `json:"err"`
+	// Node and Life name the process of a node death: Life counts the
+	// node's (re)starts, so that the death of a process the coordinator
+	// has already replaced is recognised as old news.
+	Node int    `json:"node,omitempty"`
+	Life uint64 `json:"life,omitempty"`
 }
 
 // NewWorker starts the node's transport. The job must be the same in every
@@ -87,12 +101,16 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 	if lg == nil {
 		lg = slog.New(slog.DiscardHandler)
 	}
+	kp, err := parseKillPoint(cfg.KillAt, cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
 	lock, err := lockDir(cfg.Dir, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
 	ccfg := checkpoint.DefaultConfig()
-	ccfg.NoSync, ccfg.Logger = cfg.NoSync, lg
+	ccfg.NoSync, ccfg.Logger, ccfg.Keep = cfg.NoSync, lg, restorableCheckpoints
 	cs, err := checkpoint.OpenConfig(filepath.Join(cfg.Dir, "checkpoints"), ccfg)
 	if err != nil {
 		lock.Close()
@@ -103,14 +121,14 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 	// window hold any message a frame can carry. Windows grow on demand and
 	// the peer budget still bounds what all channels hold together.
 	node, err := transport.NewNode(transport.WithListen(cfg.Listen), transport.WithFaults(cfg.Faults),
-		transport.WithLogger(lg), transport.WithReconnectBackoff(5*time.Millisecond, 200*time.Millisecond),
+		transport.WithLogger(lg), transport.WithReconnectBackoff(5*time.Millisecond, 50*time.Millisecond),
 		transport.WithWindow(transport.DefaultWindowMessages, MaxMessageBytes), transport.WithOptions(cfg.Transport...))
 	if err != nil {
 		lock.Close()
 		return nil, err
 	}
 	w := &Worker{job: job, cfg: cfg, node: node, ckpts: cs, lock: lock, log: lg, events: make(chan Event, 64),
-		registered: map[taskid.ID]bool{}}
+		registered: map[taskid.ID]bool{}, killAt: kp}
 	return w, nil
 }
 
@@ -120,8 +138,18 @@ func (w *Worker) Addr() string { return w.node.Addr() }
 // Events delivers task failures.
 func (w *Worker) Events() <-chan Event { return w.events }
 
+// abort cancels the running generation: its sources stop and its tasks'
+// sends return, so that whatever waits on them ends. Safe for concurrent
+// use with every other method; Stop or Start then tear it down.
+func (w *Worker) abort() {
+	if inc := w.inc.Load(); inc != nil {
+		inc.cancel()
+	}
+}
+
 // Close stops the tasks and the node, and lets go of the directory.
 func (w *Worker) Close() {
+	w.abort()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if inc := w.inc.Swap(nil); inc != nil {
@@ -248,7 +276,7 @@ func (w *Worker) Start(cmd StartCmd) error {
 			}
 			sr.out = newOutputs(edges, sends, &inc.agg, low)
 			inc.outs = append(inc.outs, sr.out)
-			lg, err := store.Open(filepath.Join(w.cfg.Dir, "log", "task-"+id.String()), store.Options{NoSync: w.cfg.NoSync})
+			lg, err := store.Open(filepath.Join(w.cfg.Dir, "log", "task-"+id.String()), store.Options{NoSync: w.cfg.NoSync, SegmentBytes: w.cfg.LogSegmentBytes})
 			if err != nil {
 				return fail(err)
 			}
@@ -460,11 +488,15 @@ func (w *Worker) Checkpoint(gen uint64, persist bool, tc, next int64) error {
 				return err
 			}
 		}
+		w.reached("checkpoint-after-log-sync")
 	}
 	for _, t := range inc.tasks {
 		if err := t.checkpoint(persist, tc, next); err != nil {
 			return err
 		}
+	}
+	if persist {
+		w.reached("checkpoint-after-save")
 	}
 	return nil
 }
@@ -479,15 +511,18 @@ func (w *Worker) Horizon(gen uint64, h int64) error {
 	return nil
 }
 
-// Commit tells sources that the checkpoint at tc completed everywhere:
-// their log segments older than tc are deleted.
-func (w *Worker) Commit(gen uint64, tc int64) error {
+// Commit tells sources that no checkpoint older than keep will ever be
+// restored: their log segments older than keep are deleted. The
+// coordinator passes the oldest checkpoint that recovery may still choose,
+// not the newest, which a corrupt file can make unusable.
+func (w *Worker) Commit(gen uint64, keep int64) error {
 	inc, err := w.current(gen)
 	if err != nil {
 		return err
 	}
+	w.reached("commit")
 	for _, s := range inc.sources {
-		s.pendingDelete.Store(tc)
+		s.pendingDelete.Store(keep)
 	}
 	return nil
 }
@@ -558,8 +593,10 @@ func (w *Worker) Finish(gen uint64) (map[string][]byte, error) {
 	return res, nil
 }
 
-// Stop stops the running generation.
+// Stop stops the running generation. It aborts the generation before it
+// waits for the control call in progress, which may be waiting on it.
 func (w *Worker) Stop() {
+	w.abort()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if inc := w.inc.Swap(nil); inc != nil {
@@ -582,5 +619,3 @@ func removeAll(dir string) error {
 	}
 	return nil
 }
-
-var _ = io.EOF

@@ -38,8 +38,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/bench/jobs"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/engine/jobs"
 )
 
 const (

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/bench/jobs"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/engine/jobs"
 	"github.com/sluicehq/sluice/engine/journal"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -105,7 +105,11 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	if err != nil {
 		return nil, 0, err
 	}
-	job, err := jobs.Build(spec, rec)
+	var lat jobs.Latency
+	if rec != nil {
+		lat = rec.RecordN
+	}
+	job, err := jobs.Build(spec, lat)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -123,7 +127,7 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	cfg := engine.Config{
 		Transport: topts,
 		Nodes:     ec.nodes, Dir: dir, JobConfig: jobConf, StartOver: ec.startOver, CheckpointEvery: ec.ckptEvery, InitialInterval: initial,
-		Faults: f, CrashEvery: crash, KillEvery: kill, Seed: tc.seed, NoSync: !ec.sync, NoChain: !ec.chain,
+		Faults: f, NoSync: !ec.sync, NoChain: !ec.chain,
 		Restart: engine.RestartPolicy{MaxRestarts: ec.maxRestarts, Window: time.Minute, MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second},
 	}
 	nodeFaults := func(node int) transport.Faults {
@@ -175,7 +179,9 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	*prog = bench.NewProgress(stderr, c.Processed(), rec)
 	start := time.Now()
 	(*prog).Start()
+	stop := chaos(c, crash, kill, tc.seed)
 	res, err := c.Run(ctx)
+	stop()
 	elapsed := time.Since(start)
 	(*prog).Stop()
 	return res, elapsed, err
@@ -260,9 +266,7 @@ func engineReport(scenario string, cfg map[string]any, res *engine.Result, elaps
 		r.Notes = append(r.Notes, fmt.Sprintf("resumed the job an earlier run left in its data directory (%d generations, %d checkpoints journaled) from %s, with generation %d; "+
 			"the results cover the whole job, the duration, rates and timeline this run only", rs.Generations, rs.Checkpoints, from, rs.Gen))
 	}
-	for _, d := range res.RecoveryTimes {
-		r.Notes = append(r.Notes, fmt.Sprintf("recovery took %v", d.Round(time.Millisecond)))
-	}
+	r.Recovery = bench.NewRecovery(res.RecoveryTimes, res.LostTimes)
 	if res.Late > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d messages reached a task below a completed checkpoint", res.Late))
 	}
@@ -283,31 +287,77 @@ func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConf
 	if err != nil {
 		return nil, nil, err
 	}
-	tmp := ec.output + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := jobs.WriteCounts(f, counts); err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	if err := f.Close(); err != nil {
-		return nil, nil, err
-	}
-	if err := os.Rename(tmp, ec.output); err != nil {
+	if err := writeFileSynced(ec.output, func(w io.Writer) error { return jobs.WriteCounts(w, counts) }); err != nil {
 		return nil, nil, err
 	}
 	var words int64
 	for _, v := range counts {
 		words += v
 	}
+	// The check: an independent count of the input (jobs.ReferenceCounts
+	// shares no code with the job's path).
+	in, err := os.Open(ec.input)
+	if err != nil {
+		return nil, nil, err
+	}
+	want, err := jobs.ReferenceCounts(in)
+	in.Close()
+	if err != nil {
+		return nil, nil, err
+	}
+	var wantWords int64
+	for _, v := range want {
+		wantWords += v
+	}
+	lost, dup, diff := jobs.CompareCounts(counts, want)
 	r := engineReport("wordcount", map[string]any{"input": ec.input, "output": ec.output, "nodes": ec.nodes,
 		"faults": tc.faults, "seed": tc.seed, "parallelism": ec.parallelism, "checkpoint_every": ec.ckptEvery.String()}, res, elapsed, prog)
+	r.MessagesSent = wantWords
 	r.MessagesDelivered = words
+	r.Lost, r.Duplicates = lost, dup
+	ok := lost == 0 && dup == 0
+	r.ExactlyOnce = &ok
 	r.Finish(nil)
-	r.Notes = append(r.Notes, fmt.Sprintf("%d distinct words, %d words, written to %s", len(counts), words, ec.output))
+	r.Notes = append(r.Notes, fmt.Sprintf("%d distinct words, %d words, written to %s; an independent count of the input has %d distinct words, %d words",
+		len(counts), words, ec.output, len(want), wantWords))
+	for _, d := range diff {
+		r.Notes = append(r.Notes, "differs from the independent count: "+d)
+	}
 	return r, nil, nil
+}
+
+// writeFileSynced writes path through a temporary file that is fsynced
+// before it is renamed over path, and fsyncs the directory after: the
+// output is complete or absent after a crash of the machine.
+func writeFileSynced(path string, write func(io.Writer) error) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	err = write(f)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfig, sec nodeFlags, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
@@ -315,31 +365,27 @@ func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfi
 	if ec.nodes > 1 || ec.agents != nil {
 		rec = nil // the sinks run in other processes
 	}
-	spec := jobs.Spec{Kind: "pipeline", Size: tc.size, DeadlineNs: bench.Now() + int64(tc.duration), Keys: 64,
+	spec := jobs.Spec{Kind: "pipeline", Size: tc.size, DeadlineNs: jobs.Now() + int64(tc.duration), Keys: 64,
 		Middle: ec.parallelism, Last: ec.parallelism}
 	var prog *bench.Progress
 	res, elapsed, err := runEngine(ctx, spec, ec, tc, sec, 1<<17, rec, &prog, stderr)
 	if err != nil {
 		return nil, nil, err
 	}
-	gen, summed, diff, err := jobs.CheckPipeline(res.Results, spec.Keys)
+	chk, err := jobs.CheckPipeline(res.Results, spec.Keys)
 	if err != nil {
 		return nil, nil, err
 	}
 	r := engineReport("pipeline", map[string]any{"size": tc.size, "duration": tc.duration.String(), "nodes": ec.nodes,
 		"faults": tc.faults, "seed": tc.seed, "parallelism": ec.parallelism, "checkpoint_every": ec.ckptEvery.String(),
 		"fsync": ec.sync, "chained": ec.chained(tc)}, res, elapsed, prog)
-	r.MessagesSent = gen
-	r.MessagesDelivered = summed
-	ok := diff == "" && summed == gen
+	r.MessagesSent = chk.Generated
+	r.MessagesDelivered = chk.Delivered
+	r.Lost, r.Duplicates = chk.Lost, chk.Duplicated
+	ok := chk.Lost == 0 && chk.Duplicated == 0
 	r.ExactlyOnce = &ok
 	if !ok {
-		r.Notes = append(r.Notes, "per-key sums differ: "+diff)
-		if summed > gen {
-			r.Duplicates = summed - gen
-		} else {
-			r.Lost = gen - summed
-		}
+		r.Notes = append(r.Notes, "the sinks' records differ from what the source generated: "+chk.Diff)
 	}
 	r.Finish(rec)
 	r.ThroughputBytesPerS = r.ThroughputMsgsPerS * float64(tc.size)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/engine/jobs"
+	"github.com/sluicehq/sluice/bench/jobs"
 )
 
 // TestEngineWorkersOnAgentsInThreeHosts runs word count with one engine

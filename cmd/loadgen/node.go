@@ -4,15 +4,17 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 
+	"github.com/sluicehq/sluice/bench/jobs"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/engine/jobs"
 	"github.com/sluicehq/sluice/transport"
 )
 
 // nodeCmd is a worker process of a multi-process engine run: `loadgen run
 // --nodes N` starts N of them and drives them with JSON lines on stdin and
-// stdout.
+// stdout. For tests, SLUICE_KILL_AT=point:n in its environment makes it
+// SIGKILL itself at a named point of its work (engine.WorkerConfig.KillAt).
 func nodeCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("node", "Runs engine tasks for a 'loadgen run --nodes N' parent (internal).", stderr)
 	spec := fs.String("spec", "", "the job, as JSON")
@@ -40,7 +42,7 @@ func nodeCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	w, err := engine.NewWorker(job, engine.WorkerConfig{Dir: *dir, Listen: *listen, Faults: f, NoSync: !*sync,
 		Logger:    slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Transport: opts})
+		Transport: opts, KillAt: os.Getenv("SLUICE_KILL_AT")})
 	if err != nil {
 		return err
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/jobs"
 	"github.com/sluicehq/sluice/engine"
-	"github.com/sluicehq/sluice/engine/jobs"
 	"github.com/sluicehq/sluice/engine/journal"
 )
 

@@ -1,8 +1,9 @@
-// Package jobs holds the engine's two reference jobs, shared by the
-// engine's tests and loadgen: wordcount (lines of a file, split into words
+// Package jobs holds the engine's two benchmark jobs, which loadgen runs
+// and the engine's tests use: wordcount (lines of a file, split into words
 // with strings.Fields semantics, counted by word) and pipeline (generated
-// fixed-size messages through a processor into per-key sums, checked
-// exactly against what the source generated).
+// fixed-size messages through a processor into per-key records of which
+// messages arrived, checked message by message against what the source
+// generated).
 //
 // A job is described by a [Spec], a JSON-able value, so that `loadgen node`
 // children build the same job as their parent.
@@ -11,8 +12,8 @@ package jobs
 import (
 	"encoding/json"
 	"fmt"
+	"time"
 
-	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/engine"
 )
 
@@ -25,7 +26,7 @@ type Spec struct {
 
 	// pipeline
 	Size       int   `json:"size,omitempty"`        // payload bytes, at least 24
-	DeadlineNs int64 `json:"deadline_ns,omitempty"` // the source ends at this bench.Now()
+	DeadlineNs int64 `json:"deadline_ns,omitempty"` // the source ends at this Now()
 	Keys       int   `json:"keys,omitempty"`
 	Limit      int64 `json:"limit,omitempty"` // the source also ends after this many messages (0: no limit)
 
@@ -34,9 +35,24 @@ type Spec struct {
 	Last   int `json:"last,omitempty"`
 }
 
-// Build makes the job spec describes. rec, if not nil, records the
+// Latency receives end-to-end latencies from the pipeline's sinks: n
+// messages of ns nanoseconds each (bench.Recorder.RecordN is one).
+type Latency func(ns, n int64)
+
+// Now is the clock of the pipeline's send times and deadline: wall-clock
+// nanoseconds at the process's start plus the monotonic time since, so
+// that it never jumps and agrees between processes on one host to within
+// the wall clock's accuracy (bench.Now's definition).
+func Now() int64 { return epochUnixNano + int64(time.Since(epoch)) }
+
+var (
+	epoch         = time.Now()
+	epochUnixNano = epoch.UnixNano()
+)
+
+// Build makes the job spec describes. lat, if not nil, receives the
 // pipeline's end-to-end latencies (in the process that runs its sinks).
-func Build(spec Spec, rec *bench.Recorder) (*engine.Job, error) {
+func Build(spec Spec, lat Latency) (*engine.Job, error) {
 	if spec.Middle < 1 {
 		spec.Middle = 2
 	}
@@ -47,16 +63,16 @@ func Build(spec Spec, rec *bench.Recorder) (*engine.Job, error) {
 	case "wordcount":
 		return WordCount(spec), nil
 	case "pipeline":
-		return Pipeline(spec, rec)
+		return Pipeline(spec, lat)
 	}
 	return nil, fmt.Errorf("jobs: unknown job kind %q", spec.Kind)
 }
 
 // BuildJSON is Build from the JSON form of a Spec.
-func BuildJSON(b []byte, rec *bench.Recorder) (*engine.Job, error) {
+func BuildJSON(b []byte, lat Latency) (*engine.Job, error) {
 	var s Spec
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("jobs: spec: %w", err)
 	}
-	return Build(s, rec)
+	return Build(s, lat)
 }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"slices"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/engine"
 )
@@ -144,18 +146,15 @@ func (c *Count) Restore(b []byte) error {
 func (c *Count) Finish() ([]byte, error) { return AppendCounts(nil, c.counts), nil }
 
 // AppendCounts encodes counts: uvarint n, then n times (uvarint len, word,
-// uvarint count), words sorted.
+// uvarint count), in map order: the state is snapshotted at every
+// checkpoint (twice, with the checkpoint copy), and sorting 10^5 words
+// cost more than encoding them; WriteCounts sorts the final output.
 func AppendCounts(dst []byte, m map[string]int64) []byte {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	dst = binary.AppendUvarint(dst, uint64(len(keys)))
-	for _, k := range keys {
+	dst = binary.AppendUvarint(dst, uint64(len(m)))
+	for k, v := range m {
 		dst = binary.AppendUvarint(dst, uint64(len(k)))
 		dst = append(dst, k...)
-		dst = binary.AppendUvarint(dst, uint64(m[k]))
+		dst = binary.AppendUvarint(dst, uint64(v))
 	}
 	return dst
 }
@@ -220,20 +219,70 @@ func WriteCounts(w io.Writer, m map[string]int64) error {
 	return bw.Flush()
 }
 
-// ReferenceCounts counts the words of r directly, for checking.
+// ReferenceCounts counts the words of r for checking the job's output,
+// independently of its path: no lines, no bytes.Fields, no LineSource or
+// Split; a word is a maximal run of runes that are not unicode.IsSpace
+// (strings.Fields' definition; an invalid UTF-8 byte is a rune that is not
+// a space).
 func ReferenceCounts(r io.Reader) (map[string]int64, error) {
 	m := map[string]int64{}
 	br := bufio.NewReaderSize(r, 256<<10)
+	var word []byte
 	for {
-		line, err := br.ReadBytes('\n')
-		for _, w := range bytes.Fields(line) {
-			m[string(w)]++
-		}
+		c, size, err := br.ReadRune()
 		if err == io.EOF {
+			if len(word) > 0 {
+				m[string(word)]++
+			}
 			return m, nil
 		}
 		if err != nil {
 			return nil, err
 		}
+		if unicode.IsSpace(c) {
+			if len(word) > 0 {
+				m[string(word)]++
+				word = word[:0]
+			}
+			continue
+		}
+		if c == utf8.RuneError && size == 1 {
+			word = append(word, 0xff) // placeholder, replaced below
+			if err := br.UnreadRune(); err != nil {
+				return nil, err
+			}
+			b, _ := br.ReadByte()
+			word[len(word)-1] = b
+			continue
+		}
+		word = utf8.AppendRune(word, c)
 	}
+}
+
+// CompareCounts compares the job's counts with the reference: lost is
+// how many occurrences of words the job counted too few times, dup how
+// many it counted too often (each word's shortfall and excess added up
+// separately, never netted), diff describes the first few differences.
+func CompareCounts(got, want map[string]int64) (lost, dup int64, diff []string) {
+	note := func(w string, g, x int64) {
+		if len(diff) < 5 {
+			diff = append(diff, fmt.Sprintf("word %q: counted %d, want %d", w, g, x))
+		}
+	}
+	for w, x := range want {
+		if g := got[w]; g < x {
+			lost += x - g
+			note(w, g, x)
+		} else if g > x {
+			dup += g - x
+			note(w, g, x)
+		}
+	}
+	for w, g := range got {
+		if _, ok := want[w]; !ok {
+			dup += g
+			note(w, g, 0)
+		}
+	}
+	return lost, dup, diff
 }

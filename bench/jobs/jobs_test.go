@@ -1,0 +1,155 @@
+package jobs
+
+import (
+	"encoding/binary"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/engine"
+)
+
+// sink runs the pipeline's Sum over the given message numbers (with their
+// keys) and returns its encoded result.
+func sink(t *testing.T, keys int, ids ...uint64) []byte {
+	t.Helper()
+	s := &Sum{Keys: keys, seen: map[uint64]*Seen{}}
+	var in []engine.Message
+	for _, i := range ids {
+		p := make([]byte, 16)
+		binary.LittleEndian.PutUint64(p[8:], i)
+		in = append(in, engine.Message{Ts: int64(i), Key: binary.LittleEndian.AppendUint64(nil, i%uint64(keys)), Payload: p})
+	}
+	if err := s.Process(in, &engine.Emitter{}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func generated(n uint64) []byte { return binary.LittleEndian.AppendUint64(nil, n) }
+
+func TestCheckPipelineFindsEachLostAndRepeatedMessage(t *testing.T) {
+	const keys = 64
+	all := make([]uint64, 0, 256)
+	for i := range uint64(256) {
+		all = append(all, i)
+	}
+	var without []uint64 // key 0 holds 64 and 128 twice and lacks 0 and 192: count and sum as if right
+	for _, i := range all {
+		if i != 0 && i != 192 {
+			without = append(without, i)
+		}
+	}
+	without = append(without, 64, 128)
+	tests := []struct {
+		name        string
+		ids         []uint64
+		lost, dup   int64
+		delivered   int64
+		diffMention string
+	}{
+		{"every message once, in order", all, 0, 0, 256, ""},
+		{"every message once, out of order", append(append([]uint64{}, all[128:]...), all[:128]...), 0, 0, 256, ""},
+		{"two lost and two repeated with the same count and sum", without, 2, 2, 256, "key 0: 2 of 4 messages arrived, 2 missing, 2 arrived again"},
+		{"one lost", all[1:], 1, 0, 255, "key 0"},
+		{"one repeated", append(append([]uint64{}, all...), 200), 0, 1, 257, "key 8"},
+		{"one never generated", append(append([]uint64{}, all...), 256), 0, 1, 257, "key 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The keys are split between two sinks, as the hash partitioner does.
+			var a, b []uint64
+			for _, i := range tt.ids {
+				if i%keys < keys/2 {
+					a = append(a, i)
+				} else {
+					b = append(b, i)
+				}
+			}
+			res := map[string][]byte{"0.0": generated(256), "2.0": sink(t, keys, a...), "2.1": sink(t, keys, b...)}
+			c, err := CheckPipeline(res, keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Generated != 256 || c.Lost != tt.lost || c.Duplicated != tt.dup || c.Delivered != tt.delivered {
+				t.Errorf("got %+v, want 256 generated, %d delivered, %d lost, %d duplicated", c, tt.delivered, tt.lost, tt.dup)
+			}
+			if !strings.Contains(c.Diff, tt.diffMention) || (tt.diffMention == "") != (c.Diff == "") {
+				t.Errorf("diff %q, want it to mention %q", c.Diff, tt.diffMention)
+			}
+		})
+	}
+}
+
+func TestCheckPipelineRefusesMalformedResults(t *testing.T) {
+	good := sink(t, 4, 0, 1, 2, 3)
+	for name, res := range map[string]map[string][]byte{
+		"no source result":       {"2.0": good},
+		"a truncated sink state": {"0.0": generated(4), "2.0": good[:len(good)-1]},
+		"a key in two sinks":     {"0.0": generated(4), "2.0": good, "2.1": good},
+		"trailing bytes":         {"0.0": generated(4), "2.0": append(append([]byte{}, good...), 0)},
+	} {
+		if _, err := CheckPipeline(res, 4); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestSumRefusesAMessageUnderAnotherKey(t *testing.T) {
+	s := &Sum{Keys: 4, seen: map[uint64]*Seen{}}
+	p := make([]byte, 16)
+	binary.LittleEndian.PutUint64(p[8:], 5) // key 1
+	if err := s.Process([]engine.Message{{Key: binary.LittleEndian.AppendUint64(nil, 2), Payload: p}}, &engine.Emitter{}); err == nil {
+		t.Error("message 5 under key 2 was accepted")
+	}
+}
+
+func FuzzSumRestore(f *testing.F) {
+	f.Add(sink(&testing.T{}, 4, 0, 1, 2, 3, 9, 100))
+	f.Add([]byte{})
+	f.Add([]byte{1, 0, 0, 0, 200})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var s Sum
+		if err := s.Restore(b); err != nil {
+			return
+		}
+		again, _ := s.Snapshot(nil)
+		var s2 Sum
+		if err := s2.Restore(again); err != nil {
+			t.Fatalf("a state that decoded does not decode once re-encoded: %v", err)
+		}
+	})
+}
+
+func TestReferenceCountsSplitsLikeStringsFields(t *testing.T) {
+	text := "a  b\tc\n\nd\v\fe\r\nf\u0085g\u00a0h i\u2003j \xff\xfe k\xffl über\n  \n" + strings.Repeat("x", 300000) + " a"
+	got, err := ReferenceCounts(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{}
+	for _, w := range strings.Fields(text) {
+		want[w]++
+	}
+	if lost, dup, diff := CompareCounts(got, want); lost != 0 || dup != 0 {
+		t.Errorf("reference differs from strings.Fields: %v", diff)
+	}
+	if got["a"] != 2 || got["\xff\xfe"] != 1 || got["k\xffl"] != 1 {
+		t.Errorf("counts %v", got)
+	}
+}
+
+func TestCompareCountsReportsLostAndDuplicatedSeparately(t *testing.T) {
+	want := map[string]int64{"a": 3, "b": 2, "c": 1}
+	got := map[string]int64{"a": 5, "b": 1, "d": 1} // a +2, b -1, c -1, d +1: nets to +1
+	lost, dup, diff := CompareCounts(got, want)
+	if lost != 2 || dup != 3 || len(diff) != 4 {
+		t.Errorf("lost %d dup %d diff %v, want 2, 3 and four differences", lost, dup, diff)
+	}
+	if lost, dup, diff := CompareCounts(want, want); lost != 0 || dup != 0 || diff != nil {
+		t.Errorf("equal counts: lost %d dup %d diff %v", lost, dup, diff)
+	}
+}

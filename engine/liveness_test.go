@@ -1,0 +1,237 @@
+package engine_test
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/bench/jobs"
+	"github.com/sluicehq/sluice/engine"
+)
+
+// TestEachKillIsOneFailureAndOneRecovery kills nodes while word count
+// runs on three in-process nodes: each kill is noticed once (by a control
+// call that fails or by the node's death event, never both, and never the
+// death of a node that was already replaced) and recovered once.
+func TestEachKillIsOneFailureAndOneRecovery(t *testing.T) {
+	input := writeText(t, 300000, 21)
+	policy := engine.RestartPolicy{MaxRestarts: 1000, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+	res, got := runWordCount(t, input, engine.Config{Nodes: 3, InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond,
+		Restart: policy}, faults{kill: 200 * slow * time.Millisecond, seed: 5})
+	sameCounts(t, got, reference(t, input))
+	if res.Kills < 1 {
+		t.Fatalf("%d kills: the fault was not exercised enough; make the input larger", res.Kills)
+	}
+	if res.Recoveries != res.Kills || res.Crashes != 0 {
+		t.Errorf("%d kills, %d crashes, %d recoveries: want one recovery per kill", res.Kills, res.Crashes, res.Recoveries)
+	}
+	if int64(len(res.RecoveryTimes)) != res.Recoveries || int64(len(res.LostTimes)) != res.Recoveries {
+		t.Errorf("%d recoveries, %d recovery times, %d lost times: want one of each per failure",
+			res.Recoveries, len(res.RecoveryTimes), len(res.LostTimes))
+	}
+	t.Logf("kills %d recoveries %d checkpoints %d", res.Kills, res.Recoveries, res.Checkpoints)
+}
+
+// crashAfter is a stateful sink that sums what it receives, like the
+// pipeline's, and panics once it has processed limit messages in its
+// generation: every generation fails, always after the same amount of
+// work, so only checkpoints between the failures carry the job forward.
+type crashAfter struct {
+	limit, seen int
+	n, sum      uint64
+}
+
+func (c *crashAfter) Process(in []engine.Message, out *engine.Emitter) error {
+	for _, m := range in {
+		c.n++
+		c.sum += binary.LittleEndian.Uint64(m.Payload[8:])
+	}
+	if out.CheckpointCopy() {
+		return nil
+	}
+	if c.seen += len(in); c.seen >= c.limit {
+		panic("crashAfter: limit reached")
+	}
+	return nil
+}
+
+func (c *crashAfter) Snapshot(dst []byte) ([]byte, error) {
+	dst = binary.LittleEndian.AppendUint64(dst, c.n)
+	return binary.LittleEndian.AppendUint64(dst, c.sum), nil
+}
+
+func (c *crashAfter) Restore(b []byte) error {
+	if len(b) != 16 {
+		return errors.New("crashAfter: bad state")
+	}
+	c.n, c.sum = binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
+	return nil
+}
+
+func (c *crashAfter) Finish() ([]byte, error) { return c.Snapshot(nil) }
+
+// TestProgressWhenEveryGenerationFailsAfterTheSameWork is liveness as a
+// property: each generation fails after processing a fixed number of
+// messages, fewer than one checkpoint interval holds once the interval
+// has grown. A first checkpoint at a full interval after each recovery
+// would never complete, and the job would replay from the same checkpoint
+// until the restart policy ran out; a first checkpoint soon after each
+// recovery keeps some of every generation's work, and the job ends with
+// every message summed once.
+func TestProgressWhenEveryGenerationFailsAfterTheSameWork(t *testing.T) {
+	const n, limit = 400000, 60000
+	job := &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
+				return &jobs.GenSource{Size: 24, Limit: n}, nil
+			}},
+			{Name: "sum", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return &crashAfter{limit: limit}, nil }},
+		},
+		Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.Hash}},
+	}
+	// The first interval is beyond what a generation processes; the
+	// learned ones (100 ms of the clock's progress) too, unless the
+	// machine is slower than 1.2 M messages a second.
+	c, err := engine.NewCoordinator(job, engine.Config{Dir: filepath.Join(t.TempDir(), "data"), NoSync: true,
+		InitialInterval: 200000, CheckpointEvery: 100 * time.Millisecond,
+		Restart: engine.RestartPolicy{MaxRestarts: 200, Window: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := c.Run(ctx)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	b := res.Results["1.0"]
+	if len(b) != 16 {
+		t.Fatalf("sink result %x", b)
+	}
+	if got, sum := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:]); got != n || sum != n*(n-1)/2 {
+		t.Errorf("summed %d messages to %d, want %d to %d", got, sum, n, uint64(n*(n-1)/2))
+	}
+	if res.Recoveries < 2 {
+		t.Errorf("%d recoveries: the failures were not exercised", res.Recoveries)
+	}
+	t.Logf("recoveries %d checkpoints %d", res.Recoveries, res.Checkpoints)
+}
+
+// corruptAt is a stateful sink like crashAfter that, once in the job's
+// life, corrupts its newest checkpoint files (or all of them) and panics
+// after limit messages, so that recovery must fall back to an older
+// checkpoint than the last one committed, or to none.
+type corruptAt struct {
+	crashAfter
+	dir   string
+	all   bool
+	first int64 // the first checkpoint's timestamp
+	once  *atomic.Bool
+}
+
+func (c *corruptAt) Process(in []engine.Message, out *engine.Emitter) error {
+	for _, m := range in {
+		c.n++
+		c.sum += binary.LittleEndian.Uint64(m.Payload[8:])
+	}
+	if out.CheckpointCopy() {
+		return nil
+	}
+	if c.seen += len(in); c.seen >= c.limit && !c.once.Load() {
+		files, _ := filepath.Glob(filepath.Join(c.dir, "node0", "checkpoints", "task-1.0@*.ckpt"))
+		slices.SortFunc(files, func(a, b string) int { return cmp.Compare(ckptTs(a), ckptTs(b)) })
+		// Wait for a third checkpoint: the second was committed before
+		// it, which truncated the logs to the first.
+		if len(files) < 2 || ckptTs(files[0]) <= c.first {
+			return nil
+		}
+		c.once.Store(true)
+		if !c.all {
+			files = files[len(files)-1:]
+		}
+		for _, f := range files {
+			if err := os.WriteFile(f, []byte("not a checkpoint"), 0o644); err != nil {
+				panic(err)
+			}
+		}
+		panic("corruptAt: checkpoints corrupted")
+	}
+	return nil
+}
+
+func ckptTs(path string) int64 {
+	b := strings.TrimSuffix(filepath.Base(path), ".ckpt")
+	ts, _ := strconv.ParseInt(b[strings.LastIndexByte(b, '@')+1:], 10, 64)
+	return ts
+}
+
+func corruptingJob(dir string, n uint64, first int64, all bool) *engine.Job {
+	once := &atomic.Bool{}
+	return &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
+				return &jobs.GenSource{Size: 24, Limit: int64(n)}, nil
+			}},
+			{Name: "sum", Parallelism: 1, NewTask: func(int) (engine.Task, error) {
+				return &corruptAt{crashAfter: crashAfter{limit: int(n / 4)}, dir: dir, all: all, first: first, once: once}, nil
+			}},
+		},
+		Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.Hash}},
+	}
+}
+
+// TestRecoveryToACheckpointOlderThanTheLastCommitReplaysEverything
+// corrupts the newest checkpoint after it was committed, with log segments
+// of a few KiB that commits delete: recovery restores the checkpoint
+// before, and the logs still hold every record from it on.
+func TestRecoveryToACheckpointOlderThanTheLastCommitReplaysEverything(t *testing.T) {
+	const n = 400000
+	dir := filepath.Join(t.TempDir(), "data")
+	c, err := engine.NewCoordinator(corruptingJob(dir, n, 5000, false), engine.Config{Dir: dir, NoSync: true,
+		InitialInterval: 5000, CheckpointEvery: 5 * time.Millisecond, LogSegmentBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := c.Run(ctx)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	b := res.Results["1.0"]
+	if got, sum := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:]); got != n || sum != n*(n-1)/2 {
+		t.Errorf("summed %d messages to %d, want %d to %d", got, sum, n, uint64(n*(n-1)/2))
+	}
+	if res.Recoveries != 1 {
+		t.Errorf("%d recoveries, want 1", res.Recoveries)
+	}
+}
+
+// TestRecoveryWithoutAReplayableCheckpointStops corrupts every checkpoint
+// after commits truncated the logs: no recovery can be exact, and the run
+// ends with ErrCheckpointsLost instead of replaying what is left.
+func TestRecoveryWithoutAReplayableCheckpointStops(t *testing.T) {
+	const n = 400000
+	dir := filepath.Join(t.TempDir(), "data")
+	c, err := engine.NewCoordinator(corruptingJob(dir, n, 5000, true), engine.Config{Dir: dir, NoSync: true,
+		InitialInterval: 5000, CheckpointEvery: 5 * time.Millisecond, LogSegmentBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err = c.Run(ctx)
+	if !errors.Is(err, engine.ErrCheckpointsLost) {
+		t.Fatalf("got %v, want ErrCheckpointsLost", err)
+	}
+	t.Log(err)
+}

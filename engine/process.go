@@ -1,0 +1,261 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"sync"
+	"time"
+)
+
+// ProcessSpawner makes the command of node's child process, which must run
+// [ServeWorker] with its transport on listen ("" for any port the first
+// time).
+type ProcessSpawner func(node int, listen string) (*exec.Cmd, error)
+
+// Launcher starts node's worker elsewhere, on another host for example,
+// with its transport on listen ("" for any port the first time). The
+// worker must run [ServeWorker] on the far end of the returned process's
+// pipes.
+type Launcher func(ctx context.Context, node int, listen string) (WorkerProcess, error)
+
+// WorkerProcess is a running worker that a [Launcher] started.
+type WorkerProcess interface {
+	// Stdin carries control requests to [ServeWorker]; closing it asks
+	// the worker to end.
+	Stdin() io.WriteCloser
+	// Stdout carries its hello line, responses and events.
+	Stdout() io.Reader
+	// Kill ends the worker at once, like SIGKILL.
+	Kill() error
+	// Wait returns once the worker has ended, saying how.
+	Wait() string
+}
+
+// cmdProcess is a child process as a WorkerProcess.
+type cmdProcess struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.Reader
+}
+
+func (p *cmdProcess) Stdin() io.WriteCloser { return p.stdin }
+func (p *cmdProcess) Stdout() io.Reader     { return p.stdout }
+func (p *cmdProcess) Kill() error           { return p.cmd.Process.Kill() }
+func (p *cmdProcess) Wait() string {
+	_ = p.cmd.Wait()
+	return "process exited: " + p.cmd.ProcessState.String()
+}
+
+// spawnLauncher starts workers as child processes.
+func spawnLauncher(spawn ProcessSpawner) Launcher {
+	return func(_ context.Context, node int, listen string) (WorkerProcess, error) {
+		cmd, err := spawn(node, listen)
+		if err != nil {
+			return nil, err
+		}
+		p := &cmdProcess{cmd: cmd}
+		if p.stdin, err = cmd.StdinPipe(); err != nil {
+			return nil, err
+		}
+		if p.stdout, err = cmd.StdoutPipe(); err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("engine: starting node %d: %w", node, err)
+		}
+		return p, nil
+	}
+}
+
+// processHandle is a worker in a child process, or wherever a Launcher
+// put it, driven over its stdin and stdout.
+type processHandle struct {
+	launch Launcher
+	node   int
+	events chan<- Event
+	listen string
+
+	mu struct {
+		sync.Mutex
+		proc    WorkerProcess
+		exited  chan struct{}
+		stdin   io.WriteCloser
+		pending map[uint64]chan Response
+		nextID  uint64
+		dead    bool
+		life    uint64
+	}
+}
+
+func newProcessHandle(ctx context.Context, launch Launcher, node int, events chan<- Event) (*processHandle, error) {
+	h := &processHandle{launch: launch, node: node, events: events}
+	if err := h.restart(ctx); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *processHandle) restart(ctx context.Context) error {
+	proc, err := h.launch(ctx, h.node, h.listen)
+	if err != nil {
+		return err
+	}
+	stdin := proc.Stdin()
+	sc := bufio.NewScanner(proc.Stdout())
+	sc.Buffer(make([]byte, 64<<10), 256<<20)
+	hello := make(chan error, 1)
+	go func() {
+		if !sc.Scan() {
+			hello <- fmt.Errorf("engine: node %d exited before saying hello: %v", h.node, sc.Err())
+			return
+		}
+		var r Response
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.Addr == "" {
+			hello <- fmt.Errorf("engine: node %d said %q instead of hello", h.node, sc.Text())
+			return
+		}
+		h.listen = r.Addr
+		hello <- nil
+	}()
+	select {
+	case err = <-hello:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		_ = proc.Kill()
+		proc.Wait()
+		return err
+	}
+	exited := make(chan struct{})
+	h.mu.Lock()
+	h.mu.proc, h.mu.stdin, h.mu.dead, h.mu.exited = proc, stdin, false, exited
+	h.mu.pending = map[uint64]chan Response{}
+	h.mu.life++
+	life := h.mu.life
+	h.mu.Unlock()
+	go h.read(proc, sc, exited, life)
+	return nil
+}
+
+func (h *processHandle) read(proc WorkerProcess, sc *bufio.Scanner, exited chan struct{}, life uint64) {
+	defer close(exited)
+	for sc.Scan() {
+		var r Response
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			continue
+		}
+		if r.Event != nil {
+			h.events <- *r.Event
+			continue
+		}
+		h.mu.Lock()
+		ch := h.mu.pending[r.ID]
+		delete(h.mu.pending, r.ID)
+		h.mu.Unlock()
+		if ch != nil {
+			ch <- r
+		}
+	}
+	how := proc.Wait()
+	h.mu.Lock()
+	wasDead := h.mu.dead
+	if h.mu.proc == proc {
+		h.mu.dead = true
+		for id, ch := range h.mu.pending {
+			close(ch)
+			delete(h.mu.pending, id)
+		}
+	}
+	h.mu.Unlock()
+	if !wasDead {
+		h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: how, Node: h.node, Life: life}
+	}
+}
+
+func (h *processHandle) do(ctx context.Context, req Request) (Response, error) {
+	h.mu.Lock()
+	if h.mu.dead {
+		h.mu.Unlock()
+		return Response{}, fmt.Errorf("engine: node %d is down", h.node)
+	}
+	h.mu.nextID++
+	req.ID = h.mu.nextID
+	ch := make(chan Response, 1)
+	h.mu.pending[req.ID] = ch
+	b, _ := json.Marshal(req)
+	_, err := h.mu.stdin.Write(append(b, '\n'))
+	h.mu.Unlock()
+	if err != nil {
+		return Response{}, fmt.Errorf("engine: node %d: %w", h.node, err)
+	}
+	select {
+	case r, ok := <-ch:
+		if !ok {
+			return Response{}, fmt.Errorf("engine: node %d exited", h.node)
+		}
+		if r.Err != "" {
+			return r, errors.New(r.Err)
+		}
+		return r, nil
+	case <-ctx.Done():
+		h.mu.Lock()
+		delete(h.mu.pending, req.ID)
+		h.mu.Unlock()
+		return Response{}, fmt.Errorf("engine: node %d did not answer %s: %w", h.node, req.Op, ctx.Err())
+	}
+}
+
+func (h *processHandle) addr() string { return h.listen }
+
+func (h *processHandle) alive() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.mu.dead
+}
+
+func (h *processHandle) life() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mu.life
+}
+
+func (h *processHandle) kill() error {
+	h.mu.Lock()
+	proc, dead, exited := h.mu.proc, h.mu.dead, h.mu.exited
+	h.mu.Unlock()
+	if dead {
+		return errDown
+	}
+	if err := proc.Kill(); err != nil {
+		return err
+	}
+	<-exited // the handle is down when kill returns
+	return nil
+}
+
+func (h *processHandle) close() {
+	h.mu.Lock()
+	proc, stdin, dead, exited := h.mu.proc, h.mu.stdin, h.mu.dead, h.mu.exited
+	h.mu.dead = true
+	h.mu.Unlock()
+	if proc == nil {
+		return
+	}
+	if !dead {
+		b, _ := json.Marshal(Request{ID: 1 << 62, Op: "exit"})
+		_, _ = stdin.Write(append(b, '\n'))
+		_ = stdin.Close()
+	}
+	select {
+	case <-exited:
+	case <-time.After(3 * time.Second):
+		_ = proc.Kill()
+		<-exited
+	}
+}

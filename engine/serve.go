@@ -1,0 +1,79 @@
+package engine
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// ServeWorker runs w's side of the control plane: requests as JSON lines on
+// in, responses and events as JSON lines on out (the first line says the
+// worker's transport address). It returns when in ends or an "exit"
+// request arrives, after closing w.
+func ServeWorker(ctx context.Context, w *Worker, in io.Reader, out io.Writer) error {
+	defer w.Close()
+	var mu sync.Mutex
+	enc := json.NewEncoder(out)
+	send := func(r Response) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return enc.Encode(r)
+	}
+	if err := send(Response{Addr: w.Addr()}); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			select {
+			case ev := <-w.Events():
+				_ = send(Response{Event: &ev})
+			case <-done:
+				return
+			}
+		}
+	}()
+	// Requests are read beside their execution, so that a stop aborts the
+	// running generation at once: a control call can wait on a task that
+	// waits for credit from a node that died, until the generation stops.
+	reqs := make(chan Request, 64)
+	var readErr error
+	go func() {
+		defer close(reqs)
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		for sc.Scan() {
+			var req Request
+			if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+				readErr = fmt.Errorf("engine: control line: %w", err)
+				return
+			}
+			if req.Op == "stop" || req.Op == "exit" {
+				w.abort()
+			}
+			select {
+			case reqs <- req:
+			case <-done:
+				return
+			}
+		}
+		readErr = sc.Err()
+	}()
+	for req := range reqs {
+		if req.Op == "exit" {
+			_ = send(Response{ID: req.ID})
+			return nil
+		}
+		if err := send(w.Do(req)); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	return readErr
+}
