@@ -19,11 +19,12 @@ type faults struct {
 	seed        uint64
 }
 
-// chaos is the tests' chaos driver: from goroutines of its own, at random
-// instants (each wait drawn from [p/2, 3p/2) of its period p, counted from
-// the end of the previous fault, or retry after one that could not be
-// injected), it crashes a random task and kills a
-// random node of c, whatever the coordinator is doing. stop ends it.
+// chaos is the tests' chaos driver: from goroutines of its own, once the
+// first checkpoint has completed and then at random instants (each wait
+// drawn from [p/2, 3p/2) of its period p, counted from the end of the
+// previous fault, or retry after one that could not be injected), it
+// crashes a random task and kills a random node of c, whatever the
+// coordinator is doing. stop ends it.
 func chaos(c *engine.Coordinator, f faults) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -33,7 +34,17 @@ func chaos(c *engine.Coordinator, f faults) (stop func()) {
 		}
 		rng := rand.New(rand.NewPCG(f.seed, stream))
 		wg.Go(func() {
-			wait := period/2 + time.Duration(rng.Int64N(int64(period)))
+			// The first fault comes right after the first checkpoint, so
+			// that a job that runs for a few periods sees its faults even
+			// on a machine fast enough to finish before a random wait ends.
+			for c.Stats().Checkpoints == 0 {
+				select {
+				case <-done:
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+			wait := time.Duration(0)
 			for {
 				select {
 				case <-done:

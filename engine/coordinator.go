@@ -633,6 +633,8 @@ func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restor
 	}
 	if c.interval == 0 {
 		c.interval = c.cfg.InitialInterval
+	}
+	if c.step == 0 { // the first generation of this coordinator (a resumed one too)
 		c.step = c.interval
 	}
 	if gen > 1 {

@@ -169,7 +169,7 @@ func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
 		{name: "reset connections are redialed", input: large, faults: "reset=20ms"},
 		{name: "crashed tasks are recovered from the checkpoint", input: large, crash: 100 * time.Millisecond},
 		{name: "killed nodes are restarted and recovered", input: large, kill: 150 * time.Millisecond},
-		{name: "all faults together", input: large, faults: "drop=0.02,ctrldrop=0.02,dup=0.02,reset=50ms", crash: 150 * time.Millisecond, kill: 250 * time.Millisecond},
+		{name: "all faults together", input: large, faults: "drop=0.02,ctrldrop=0.02,dup=0.02,reset=50ms", crash: 60 * time.Millisecond, kill: 100 * time.Millisecond},
 	}
 	seeds := []uint64{1, 2}
 	if testing.Short() {

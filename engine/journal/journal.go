@@ -49,7 +49,8 @@ type State struct {
 
 // ErrOrder is wrapped by the errors of records that break the journal's
 // rules: a Job first and only once, generations increasing, a checkpoint
-// in the latest generation and later than the one before.
+// in the latest generation and later than the one before (or than the
+// older one its generation restored, when it fell back to one).
 var ErrOrder = errors.New("journal: record out of order")
 
 // apply adds r to s, or says why r may not follow s.
@@ -70,6 +71,13 @@ func (s *State) apply(r Record) error {
 		s.Gen, s.Generations = r.Gen, s.Generations+1
 		if r.Interval > 0 {
 			s.Interval = r.Interval
+		}
+		if r.HasRestore && (!s.HasCheckpoint || r.Restore < s.Checkpoint) {
+			// It restores an older checkpoint than the last completed one
+			// (a worker's copy of that one was found corrupt): from here
+			// on the state the job stands on is the older one, and the
+			// checkpoints that follow count from it.
+			s.Checkpoint, s.HasCheckpoint = r.Restore, true
 		}
 	case *Checkpoint:
 		if s.Generations == 0 || r.Gen != s.Gen {
