@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/bench/jobs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/journal"
 )
@@ -67,21 +66,7 @@ func TestWordCountWithWorkersOnAgentsOverLoopback(t *testing.T) {
 	}
 	bin := buildLoadgen(t)
 	dir := t.TempDir()
-	input := filepath.Join(dir, "input.txt")
-	writeWords(t, input, 4_000_000, 13)
-	in, err := os.Open(input)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := jobs.ReferenceCounts(in)
-	in.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want bytes.Buffer
-	if err := jobs.WriteCounts(&want, ref); err != nil {
-		t.Fatal(err)
-	}
+	input, want := wordCountInput(t, dir, 4_000_000, 13)
 	var addrs []string
 	var logs []*syncBuffer
 	for i := range 3 {
@@ -114,8 +99,8 @@ func TestWordCountWithWorkersOnAgentsOverLoopback(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got, want.Bytes()) {
-			t.Errorf("the counts differ from an independent count of the input (%d vs %d bytes)", len(got), want.Len())
+		if !bytes.Equal(got, want) {
+			t.Errorf("the counts differ from an independent count of the input (%d vs %d bytes)", len(got), len(want))
 		}
 	}
 

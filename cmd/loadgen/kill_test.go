@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/bench/jobs"
 )
 
 // TestWordCountSurvivesSIGKILLedProcesses runs word count in three real
@@ -118,6 +120,29 @@ func writeWords(t *testing.T, path string, n int, seed uint64) {
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// wordCountInput writes n words (writeWords) to dir/input.txt and returns
+// its path and the counts an independent count of it gives, as loadgen
+// writes them.
+func wordCountInput(t *testing.T, dir string, n int, seed uint64) (input string, want []byte) {
+	t.Helper()
+	input = filepath.Join(dir, "input.txt")
+	writeWords(t, input, n, seed)
+	in, err := os.Open(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	ref, err := jobs.ReferenceCounts(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := jobs.WriteCounts(&b, ref); err != nil {
+		t.Fatal(err)
+	}
+	return input, b.Bytes()
 }
 
 func tail(b []byte, n int) []byte {

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/sluicehq/sluice/bench/jobs"
 )
 
 // TestEngineWorkersOnAgentsInThreeHosts runs word count with one engine
@@ -29,21 +27,7 @@ func TestEngineWorkersOnAgentsInThreeHosts(t *testing.T) {
 	h := newNetnsHosts(t, 3)
 	bin := buildLoadgen(t)
 	dir := t.TempDir()
-	input := filepath.Join(dir, "input.txt")
-	writeWords(t, input, 6_000_000, 9)
-	in, err := os.Open(input)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := jobs.ReferenceCounts(in)
-	in.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want bytes.Buffer
-	if err := jobs.WriteCounts(&want, ref); err != nil {
-		t.Fatal(err)
-	}
+	input, want := wordCountInput(t, dir, 6_000_000, 9)
 
 	var agents []*proc
 	var addrs []string
@@ -66,8 +50,8 @@ func TestEngineWorkersOnAgentsInThreeHosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, want.Bytes()) {
-		t.Errorf("the counts differ from an independent count of the input (%d vs %d bytes)", len(got), want.Len())
+	if !bytes.Equal(got, want) {
+		t.Errorf("the counts differ from an independent count of the input (%d vs %d bytes)", len(got), len(want))
 	}
 	r := co.lastJSON(t)
 	faults, _ := r["faults"].(map[string]any)

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/bench/jobs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/journal"
 )
@@ -33,21 +32,7 @@ func TestARestartedLoadgenResumesWordCount(t *testing.T) {
 	}
 	bin := buildLoadgen(t)
 	dir := t.TempDir()
-	input := filepath.Join(dir, "input.txt")
-	writeWords(t, input, 6_000_000, 5)
-	in, err := os.Open(input)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := jobs.ReferenceCounts(in)
-	in.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want bytes.Buffer
-	if err := jobs.WriteCounts(&want, ref); err != nil {
-		t.Fatal(err)
-	}
+	input, want := wordCountInput(t, dir, 6_000_000, 5)
 
 	for _, nodes := range []string{"1", "3"} {
 		t.Run("nodes="+nodes, func(t *testing.T) {
@@ -119,8 +104,8 @@ func TestARestartedLoadgenResumesWordCount(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bytes.Equal(got, want.Bytes()) {
-				t.Errorf("the resumed run's counts differ from an independent count of the input (%d vs %d bytes)", len(got), want.Len())
+			if !bytes.Equal(got, want) {
+				t.Errorf("the resumed run's counts differ from an independent count of the input (%d vs %d bytes)", len(got), len(want))
 			}
 			t.Logf("killed after %d checkpoints (the last at %d) in generation %d; the restarted run took %d more checkpoints",
 				killed.Checkpoints, killed.Checkpoint, killed.Gen, r.Checkpoints)
