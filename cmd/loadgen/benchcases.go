@@ -78,13 +78,19 @@ func dialTCP(ctx context.Context, addr string) (*net.TCPConn, error) {
 	return c.(*net.TCPConn), nil
 }
 
-// tcpCeiling: plain TCP with ideal 64 KiB batching at full speed.
-func (b *bencher) tcpCeiling(ctx context.Context) error {
-	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideTCPPacked, Size: b.cfg.size})
+// tcpSide starts the receiving side of a plain-TCP case and dials it.
+func (b *bencher) tcpSide(ctx context.Context, kind string) (*net.TCPConn, int, error) {
+	addr, pid, err := b.host.start(ctx, sideSpec{Kind: kind, Size: b.cfg.size})
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	conn, err := dialTCP(ctx, addr)
+	return conn, pid, err
+}
+
+// tcpCeiling: plain TCP with ideal 64 KiB batching at full speed.
+func (b *bencher) tcpCeiling(ctx context.Context) error {
+	conn, pid, err := b.tcpSide(ctx, sideTCPPacked)
 	if err != nil {
 		return err
 	}
@@ -239,11 +245,7 @@ func (b *bencher) transportFixed(ctx context.Context, be string) error {
 // tcpFixed: the same driver at the same rate writing each message to plain
 // TCP with one write.
 func (b *bencher) tcpFixed(ctx context.Context) error {
-	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideTCPStamped, Size: b.cfg.size})
-	if err != nil {
-		return err
-	}
-	conn, err := dialTCP(ctx, addr)
+	conn, pid, err := b.tcpSide(ctx, sideTCPStamped)
 	if err != nil {
 		return err
 	}
@@ -290,11 +292,7 @@ func (b *bencher) driverAlone(ctx context.Context) error {
 
 // tcpPingPong: one message there and back over plain TCP, for the duration.
 func (b *bencher) tcpPingPong(ctx context.Context) error {
-	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideTCPEcho, Size: b.cfg.size})
-	if err != nil {
-		return err
-	}
-	conn, err := dialTCP(ctx, addr)
+	conn, pid, err := b.tcpSide(ctx, sideTCPEcho)
 	if err != nil {
 		return err
 	}
