@@ -14,7 +14,9 @@ go test -run '^$' -bench 'PlainTCP|Transport1Channel$|Transport1ChannelGoroutine
 
 # Every figure of issue 14 as ratios to baselines measured in the same run,
 # both backends, one process and two (about two minutes).
-$lg bench --out $out/bench
+# loadgen bench: issue 14's figures, in a directory named after the CPU model (bench-amd-epyc, ...).
+cpu=$(lscpu | sed -n 's/^Model name: *//p' | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//')
+$lg bench --duration 3s --out $out/bench-$cpu
 
 # Throughput by message size, one channel, as fast as the transport allows.
 for size in 16 100 1024; do
@@ -49,8 +51,11 @@ $lg run --scenario wordcount --input $input --output /tmp/sluice-wc-faults.tsv -
 	--faults drop=0.02,ctrldrop=0.02,dup=0.01,reset=1s,crash=2s --seed 5 --out $out/wordcount-faults --json > /dev/null
 $lg run --scenario wordcount --input $input --output /tmp/sluice-wc-kill.tsv --nodes 3 --faults kill=3s --seed 3 \
 	--out $out/wordcount-kill --json > /dev/null
+$lg run --scenario wordcount --input $input --output /tmp/sluice-wc-kill1s.tsv --nodes 3 --faults kill=1s --seed 1 \
+	--out $out/wordcount-kill1s --json > /dev/null
 cmp /tmp/sluice-wc-clean.tsv /tmp/sluice-wc-faults.tsv
 cmp /tmp/sluice-wc-clean.tsv /tmp/sluice-wc-kill.tsv
+cmp /tmp/sluice-wc-clean.tsv /tmp/sluice-wc-kill1s.tsv
 # Peers in one run.
 (cd bench/compare && go run . --size 100 --duration 5s --rounds 3 --out ../../$out/compare --json > /dev/null)
 # Watermill Pub/Subs through the same API: Sluice, GoChannel, core NATS; three runs.
