@@ -107,19 +107,7 @@ func TestProgressWhenEveryGenerationFailsAfterTheSameWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	res, err := c.Run(ctx)
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	b := res.Results["1.0"]
-	if len(b) != 16 {
-		t.Fatalf("sink result %x", b)
-	}
-	if got, sum := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:]); got != n || sum != n*(n-1)/2 {
-		t.Errorf("summed %d messages to %d, want %d to %d", got, sum, n, uint64(n*(n-1)/2))
-	}
+	res := runSummed(t, c, n)
 	if res.Recoveries < 2 {
 		t.Errorf("%d recoveries: the failures were not exercised", res.Recoveries)
 	}
@@ -201,16 +189,7 @@ func TestRecoveryToACheckpointOlderThanTheLastCommitReplaysEverything(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	res, err := c.Run(ctx)
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	b := res.Results["1.0"]
-	if got, sum := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:]); got != n || sum != n*(n-1)/2 {
-		t.Errorf("summed %d messages to %d, want %d to %d", got, sum, n, uint64(n*(n-1)/2))
-	}
+	res := runSummed(t, c, n)
 	if res.Recoveries != 1 {
 		t.Errorf("%d recoveries, want 1", res.Recoveries)
 	}
@@ -234,4 +213,24 @@ func TestRecoveryWithoutAReplayableCheckpointStops(t *testing.T) {
 		t.Fatalf("got %v, want ErrCheckpointsLost", err)
 	}
 	t.Log(err)
+}
+
+// runSummed runs c, whose sink task 1.0 sums the sequence numbers 0..n-1 it
+// receives, and checks that it counted n of them summing to n(n-1)/2.
+func runSummed(t *testing.T, c *engine.Coordinator, n uint64) *engine.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := c.Run(ctx)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	b := res.Results["1.0"]
+	if len(b) != 16 {
+		t.Fatalf("sink result %x", b)
+	}
+	if got, sum := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:]); got != n || sum != n*(n-1)/2 {
+		t.Errorf("summed %d messages to %d, want %d to %d", got, sum, n, n*(n-1)/2)
+	}
+	return res
 }

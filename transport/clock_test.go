@@ -1,9 +1,7 @@
 package transport
 
 import (
-	"bufio"
 	"encoding/binary"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -171,19 +169,7 @@ func TestClockPongsAreCompatibleWithPeersThatPredateThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := nc.Write(wire.AppendPreface(nil, wire.Preface{Version: wire.Version, NodeID: 99})); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(nc)
-	if _, err := io.ReadFull(r, make([]byte, wire.PrefaceLen)); err != nil {
-		t.Fatal(err)
-	}
+	nc, r := acceptRawPeer(t, ln)
 	f := readAnyFrame(t, r)
 	if f.Type != wire.FramePing || f.Flags&wire.PingClock == 0 {
 		t.Fatalf("the first frame is %v with flags %#x, want a PING asking for the clock", f.Type, f.Flags)

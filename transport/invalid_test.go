@@ -25,6 +25,27 @@ func readFrame(t *testing.T, r *bufio.Reader) wire.Frame {
 	}
 }
 
+// acceptRawPeer accepts the next connection on ln as a hand-written peer
+// (node id 99): it exchanges prefaces and returns the connection, closed
+// when the test ends, and a reader past the node's preface.
+func acceptRawPeer(t *testing.T, ln net.Listener) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := nc.Write(wire.AppendPreface(nil, wire.Preface{Version: wire.Version, NodeID: 99})); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(nc)
+	if _, err := io.ReadFull(r, make([]byte, wire.PrefaceLen)); err != nil {
+		t.Fatal(err)
+	}
+	return nc, r
+}
+
 // readAnyFrame reads the next frame from r.
 func readAnyFrame(t *testing.T, r *bufio.Reader) wire.Frame {
 	t.Helper()
@@ -71,19 +92,7 @@ func TestAnAckOfMessagesNeverSentClosesTheChannel(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	nc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := nc.Write(wire.AppendPreface(nil, wire.Preface{Version: wire.Version, NodeID: 99})); err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(nc)
-	if _, err := io.ReadFull(r, make([]byte, wire.PrefaceLen)); err != nil {
-		t.Fatal(err)
-	}
+	nc, r := acceptRawPeer(t, ln)
 	f := readFrame(t, r)
 	if f.Type != wire.FrameOpen {
 		t.Fatalf("first frame %v, want OPEN", f.Type)
