@@ -25,6 +25,7 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/window"
@@ -44,15 +45,6 @@ var (
 type reportRequest struct {
 	Epoch   uint64 `json:"epoch"`
 	ReplyTo string `json:"reply_to"`
-}
-
-// findings is serve's answer: what it received from one send run.
-type findings struct {
-	Delivered  int64                  `json:"delivered"`
-	Duplicates int64                  `json:"duplicates"`
-	Gaps       int64                  `json:"gaps"`
-	Bytes      int64                  `json:"bytes"`
-	Latency    *hdrhistogram.Snapshot `json:"latency"`
 }
 
 // session is what serve learned from one send run, told apart by epoch.
@@ -134,17 +126,14 @@ func (s *server) onControl(_ taskid.Channel, _ uint64, msgs []transport.Message)
 			continue
 		}
 		ss := s.session(req.Epoch)
-		f := findings{
-			Delivered: ss.delivered.Load(), Duplicates: ss.dups.Load(), Gaps: ss.gaps.Load(),
-			Bytes: ss.nbytes.Load(), Latency: ss.rec.Snapshot().Export(),
-		}
+		f := ss.received()
 		fmt.Fprintf(s.stderr, "loadgen serve: run %x done: %d delivered, %d duplicates, %d missing; p99 %.1f µs\n",
 			req.Epoch, f.Delivered, f.Duplicates, f.Gaps, ss.rec.Latency().P99)
 		go s.reply(req, f)
 	}
 }
 
-func (s *server) reply(req reportRequest, f findings) {
+func (s *server) reply(req reportRequest, f control.Received) {
 	b, err := json.Marshal(f)
 	if err == nil {
 		err = s.sendReply(req, b)
@@ -263,10 +252,10 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer node.Abort()
 	defer metricsHub.addNode(node, "send")()
-	answer := make(chan findings, 1)
+	answer := make(chan control.Received, 1)
 	if err := node.Handle(replyTarget, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
 		for _, m := range msgs {
-			var f findings
+			var f control.Received
 			if json.Unmarshal(m.Payload, &f) == nil {
 				select {
 				case answer <- f:
@@ -347,7 +336,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := ctl.Send(dctx, 0, req); err != nil {
 		return err
 	}
-	var f findings
+	var f control.Received
 	select {
 	case f = <-answer:
 	case <-dctx.Done():
