@@ -30,6 +30,7 @@ import (
 
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/load"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -294,9 +295,7 @@ func (r *agentRun) run(ctx context.Context, ctlLocal net.Addr) error {
 		listen = net.JoinHostPort(host, "0")
 	}
 	r.srv = &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: r.a.stderr}
-	if r.plan.ConsumeRate > 0 {
-		r.srv.lim = &limiter{rate: r.plan.ConsumeRate}
-	}
+	r.srv.lim = load.NewLimiter(r.plan.ConsumeRate)
 	r.node, err = transport.NewNode(append([]transport.Option{transport.WithListen(listen),
 		transport.WithConnectionsPerPeer(r.plan.Connections), transport.WithPingInterval(clockPing)}, r.a.opts...)...)
 	if err != nil {
@@ -410,13 +409,13 @@ func (r *agentRun) send(ctx context.Context, startAt int64) (done control.Done) 
 	var err error
 	switch {
 	case r.plan.Messages > 0:
-		done.Sent, err = sendCount(ctx, cfg, r.plan.Messages, r.senders)
+		done.Sent, err = load.Count(ctx, cfg.loadConfig(), r.plan.Messages, r.senders)
 	case cfg.rate > 0:
 		var res bench.Result
-		res, err = sendFixedRate(ctx, cfg, r.senders)
+		res, err = load.FixedRate(ctx, cfg.loadConfig(), r.senders)
 		done.Sent = res.Sent
 	default:
-		done.Sent, err = sendMaxRate(ctx, cfg, r.senders)
+		done.Sent, err = load.MaxRate(ctx, cfg.loadConfig(), r.senders)
 	}
 	if err != nil {
 		done.Err = err.Error()
@@ -436,28 +435,6 @@ func (r *agentRun) send(ctx context.Context, startAt int64) (done control.Done) 
 		done.Resent += int64(s.Stats().Resent)
 	}
 	return done
-}
-
-// sendCount sends count messages over senders in turn, at cfg.rate or as
-// fast as they take them, like loadgen send.
-func sendCount(ctx context.Context, cfg transportConfig, count int64, senders []*transport.Sender) (int64, error) {
-	src := newPayloadSource(cfg.size, len(senders), cfg.shift)
-	target := func(ctx context.Context, i, intended int64) error {
-		ch := int(i % int64(len(senders)))
-		if err := senders[ch].Send(ctx, intended, src.next(ch, intended)); err != nil {
-			return err
-		}
-		src.seqs[ch]++
-		return nil
-	}
-	var res bench.Result
-	var err error
-	if cfg.rate > 0 {
-		res, err = bench.FixedRate{Rate: cfg.rate, Count: count}.Run(ctx, target)
-	} else {
-		res, err = bench.MaxRate{Count: count}.Run(ctx, target)
-	}
-	return res.Sent, err
 }
 
 // startHeartbeat sends progress every plan.Heartbeat until shutdown.

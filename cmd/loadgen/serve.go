@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/load"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/window"
@@ -59,7 +60,7 @@ type server struct {
 	node      *transport.Node
 	delivered atomic.Int64
 	rec       *bench.Recorder
-	lim       *limiter
+	lim       *load.Limiter
 	stderr    io.Writer
 
 	mu       sync.Mutex
@@ -82,7 +83,7 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 		return s.onControl
 	}
 	return func(ch taskid.Channel, _ uint64, msgs []transport.Message) {
-		s.lim.wait(len(msgs))
+		s.lim.Wait(len(msgs))
 		ss := s.session(ch.Epoch)
 		now := bench.Now()
 		ss.mu.Lock()
@@ -181,9 +182,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	s := &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: stderr}
-	if *consume > 0 {
-		s.lim = &limiter{rate: *consume}
-	}
+	s.lim = load.NewLimiter(*consume)
 	node, err := transport.NewNode(append(secOpts, transport.WithListen(*listen))...)
 	if err != nil {
 		return err
@@ -297,22 +296,9 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	prog := bench.NewProgress(stderr, &confirmed, nil)
 	start := time.Now()
 	prog.Start()
-	src := newPayloadSource(tc.size, len(senders), tc.shift)
-	target := func(ctx context.Context, i, intended int64) error {
-		ch := int(i % int64(len(senders)))
-		if err := senders[ch].Send(ctx, intended, src.next(ch, intended)); err != nil {
-			return err
-		}
-		src.seqs[ch]++
-		confirmed.Store(i + 1)
-		return nil
-	}
-	var res bench.Result
-	if tc.rate > 0 {
-		res, err = bench.FixedRate{Rate: tc.rate, Count: *messages}.Run(ctx, target)
-	} else {
-		res, err = bench.MaxRate{Count: *messages}.Run(ctx, target)
-	}
+	lc := tc.loadConfig()
+	lc.Sent = &confirmed
+	sent, err := load.Count(ctx, lc, *messages, senders)
 	if err != nil {
 		prog.Stop()
 		return err
@@ -348,17 +334,17 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	st := node.Stats()
 	report.DurationS = elapsed.Seconds()
-	report.MessagesSent = res.Sent
+	report.MessagesSent = sent
 	report.MessagesDelivered = f.Delivered
 	report.Duplicates = f.Duplicates
-	report.Lost = max(res.Sent-f.Delivered, f.Gaps)
+	report.Lost = max(sent-f.Delivered, f.Gaps)
 	report.WireBytes = int64(st.Totals().WireOut)
 	for _, c := range node.ChannelStats() {
 		report.Resent += int64(c.Resent)
 	}
 	report.Finish(rec)
 	report.ThroughputBytesPerS = float64(f.Bytes) / elapsed.Seconds()
-	ok := report.Duplicates == 0 && report.Lost == 0 && report.MessagesDelivered == res.Sent
+	ok := report.Duplicates == 0 && report.Lost == 0 && report.MessagesDelivered == sent
 	report.ExactlyOnce = &ok
 	report.Notes = append(report.Notes, "latency is measured by serve against the send times in the payloads; "+report.Clock.String(),
 		"wire_bytes counts what send wrote; serve's acknowledgements are not included")
