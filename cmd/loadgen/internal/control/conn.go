@@ -21,7 +21,8 @@ const WriteTimeout = 10 * time.Second
 // readBuffer is a Conn's read buffer; a longer line is read in pieces.
 const readBuffer = 64 << 10
 
-// Conn is one end of a control connection.
+// Conn is one end of a control connection: it writes and reads whole
+// messages, each within its deadline.
 type Conn struct {
 	nc net.Conn
 	br *bufio.Reader
@@ -62,7 +63,8 @@ func (c *Conn) Recv(timeout time.Duration) (Msg, error) {
 	return Decode(line)
 }
 
-// Close closes the connection, which ends a Recv blocked on it.
+// Close closes the connection, which ends a Recv blocked on it. It is safe
+// for concurrent use.
 func (c *Conn) Close() error { return c.nc.Close() }
 
 // Detach ends the line protocol on c: it clears the deadlines and returns

@@ -12,15 +12,19 @@
 // connection that ends inside a line fails with [ErrTruncated]; a line
 // that is not a JSON object, names no kind or a kind this package does not
 // know, or lacks the body its kind requires fails with [ErrMalformed] or
-// [ErrUnknownKind]. After any of these errors, or a timeout ([ErrTimeout]),
-// the stream's position is lost and the connection is good only for
-// closing.
+// [ErrUnknownKind]. After ErrLineTooLong, ErrTruncated or a timeout
+// ([ErrTimeout]) the stream's position is lost and the connection is good
+// only for closing; after ErrMalformed or ErrUnknownKind the next line can
+// be read, but loadgen ends the run either way.
 //
 // # Messages
 //
-// Every message has a kind (the "type" field) and at most one body. A run
-// goes through these steps; a message out of order ends it with an "error"
-// message ([UnexpectedError] on the side that notices):
+// Every message has a kind (the "type" field) and the body its kind
+// requires (see the Kind constants); a receiver ignores the other fields.
+// A run goes through these steps. An agent answers a message out of order
+// ([UnexpectedError]) or a line that breaks the framing or the schema
+// ([IsBadInput]) with an "error" message and ends the run; a coordinator
+// that meets either ends the run and closes its connections:
 //
 //	coordinator -> agent            agent -> coordinator
 //	plan {Plan}                     ready {Ready}
