@@ -24,14 +24,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"sync"
 	"syscall"
@@ -39,63 +37,9 @@ import (
 
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/bench/jobs"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
 	"github.com/sluicehq/sluice/engine"
 )
-
-const (
-	msgWorker  = "worker"
-	msgStarted = "started"
-	msgKill    = "kill"
-	msgKilled  = "killed"
-)
-
-// workerPlan asks an agent to run, or to kill, one engine worker.
-type workerPlan struct {
-	Version int `json:"version"`
-	// Job names the job's directory on the agent; Node the worker.
-	Job  string `json:"job"`
-	Node int    `json:"node"`
-	// Spec is the job (jobs.Spec as JSON).
-	Spec json.RawMessage `json:"spec,omitempty"`
-	// Listen is the worker's transport address; empty: the address the
-	// coordinator reached the agent at, any port.
-	Listen string `json:"listen,omitempty"`
-	Faults string `json:"faults,omitempty"`
-	Seed   uint64 `json:"seed,omitempty"`
-	Fsync  bool   `json:"fsync,omitempty"`
-}
-
-var jobName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
-
-func (p *workerPlan) validate(run bool) error {
-	if p.Version != ctlVersion {
-		return fmt.Errorf("worker: control protocol version %d, this agent speaks %d", p.Version, ctlVersion)
-	}
-	if !jobName.MatchString(p.Job) {
-		return fmt.Errorf("worker: job name %q is not 1-64 of [A-Za-z0-9_-]", p.Job)
-	}
-	if p.Node < 0 || p.Node > 1<<16 {
-		return fmt.Errorf("worker: node %d out of range", p.Node)
-	}
-	if !run {
-		return nil
-	}
-	if _, err := jobs.BuildJSON(p.Spec, nil); err != nil {
-		return fmt.Errorf("worker: %w", err)
-	}
-	if p.Listen != "" {
-		if _, _, err := net.SplitHostPort(p.Listen); err != nil {
-			return fmt.Errorf("worker: listen address %q: %w", p.Listen, err)
-		}
-	}
-	return nil
-}
-
-// workerStarted answers a worker plan.
-type workerStarted struct {
-	Pid     int           `json:"pid"`
-	Machine bench.Machine `json:"machine"`
-}
 
 // workers are the engine workers an agent runs, by job and node.
 type workers struct {
@@ -107,9 +51,12 @@ func workerKey(job string, node int) string { return job + "/" + strconv.Itoa(no
 
 // runWorker serves one worker connection: it starts the worker, copies its
 // pipes to and from the connection, and returns once the worker has exited.
-func (a *agent) runWorker(cc *ctlConn, p *workerPlan, ctlLocal net.Addr) error {
-	if err := p.validate(true); err != nil {
+func (a *agent) runWorker(cc *control.Conn, p *control.WorkerPlan, ctlLocal net.Addr) error {
+	if err := p.Validate(true); err != nil {
 		return err
+	}
+	if _, err := jobs.BuildJSON(p.Spec, nil); err != nil {
+		return fmt.Errorf("worker: %w", err)
 	}
 	listen := p.Listen
 	if listen == "" {
@@ -148,17 +95,17 @@ func (a *agent) runWorker(cc *ctlConn, p *workerPlan, ctlLocal net.Addr) error {
 	a.workers.procs[key] = cmd.Process
 	a.workers.mu.Unlock()
 	a.logf("started worker %s (pid %d) on %s", key, cmd.Process.Pid, listen)
-	if err := cc.send(ctlMsg{Type: msgStarted, Started: &workerStarted{Pid: cmd.Process.Pid, Machine: bench.DetectMachine()}}); err != nil {
+	if err := cc.Send(control.Msg{Kind: control.KindStarted, Started: &control.Started{Pid: cmd.Process.Pid, Machine: bench.DetectMachine()}}); err != nil {
 		_ = cmd.Process.Kill()
 	}
-	_ = cc.c.SetDeadline(time.Time{})
+	fromCoord, conn := cc.Detach()
 	go func() {
 		// The coordinator's requests; their end (the coordinator closed
 		// its side or died) ends the worker's stdin.
-		_, _ = io.Copy(stdin, cc.r)
+		_, _ = io.Copy(stdin, fromCoord)
 		_ = stdin.Close()
 	}()
-	_, _ = io.Copy(cc.c, stdout)
+	_, _ = io.Copy(conn, stdout)
 	err = cmd.Wait()
 	a.workers.mu.Lock()
 	if a.workers.procs[key] == cmd.Process {
@@ -170,8 +117,8 @@ func (a *agent) runWorker(cc *ctlConn, p *workerPlan, ctlLocal net.Addr) error {
 }
 
 // killWorker SIGKILLs the worker a kill message names.
-func (a *agent) killWorker(cc *ctlConn, p *workerPlan) error {
-	if err := p.validate(false); err != nil {
+func (a *agent) killWorker(cc *control.Conn, p *control.WorkerPlan) error {
+	if err := p.Validate(false); err != nil {
 		return err
 	}
 	key := workerKey(p.Job, p.Node)
@@ -185,7 +132,7 @@ func (a *agent) killWorker(cc *ctlConn, p *workerPlan) error {
 		return fmt.Errorf("kill: worker %s: %w", key, err)
 	}
 	a.logf("SIGKILLed worker %s (pid %d)", key, proc.Pid)
-	return cc.send(ctlMsg{Type: msgKilled, Started: &workerStarted{Pid: proc.Pid}})
+	return cc.Send(control.Msg{Kind: control.KindKilled, Started: &control.Started{Pid: proc.Pid}})
 }
 
 // agentLauncher places a job's engine workers on agents, node i on agent
@@ -213,7 +160,7 @@ func newJobID() string {
 
 func (l *agentLauncher) agent(node int) string { return l.agents[node%len(l.agents)] }
 
-func (l *agentLauncher) dial(ctx context.Context, node int) (*ctlConn, error) {
+func (l *agentLauncher) dial(ctx context.Context, node int) (*control.Conn, error) {
 	addr := l.agent(node)
 	d := net.Dialer{Timeout: l.timeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
@@ -221,8 +168,8 @@ func (l *agentLauncher) dial(ctx context.Context, node int) (*ctlConn, error) {
 		return nil, &agentError{Agent: addr, Role: fmt.Sprintf("worker %d", node), Phase: "connecting",
 			Err: fmt.Errorf("%w: %v (is 'loadgen agent --listen %s' running there?)", errAgentUnreachable, err, addr)}
 	}
-	cc := newCtlConn(conn)
-	if err := ctlAuthenticate(cc, l.key, true); err != nil {
+	cc := control.NewConn(conn)
+	if err := control.Authenticate(cc, l.key, control.Coordinator); err != nil {
 		conn.Close()
 		return nil, &agentError{Agent: addr, Role: fmt.Sprintf("worker %d", node), Phase: "authenticating", Err: err}
 	}
@@ -231,26 +178,26 @@ func (l *agentLauncher) dial(ctx context.Context, node int) (*ctlConn, error) {
 
 // roundTrip sends m on a new connection for node's agent and waits for a
 // message of type want.
-func (l *agentLauncher) roundTrip(ctx context.Context, node int, m ctlMsg, want string) (*ctlConn, ctlMsg, error) {
+func (l *agentLauncher) roundTrip(ctx context.Context, node int, m control.Msg, want control.Kind) (*control.Conn, control.Msg, error) {
 	cc, err := l.dial(ctx, node)
 	if err != nil {
-		return nil, ctlMsg{}, err
+		return nil, control.Msg{}, err
 	}
-	fail := func(err error) (*ctlConn, ctlMsg, error) {
-		cc.c.Close()
-		return nil, ctlMsg{}, &agentError{Agent: l.agent(node), Role: fmt.Sprintf("worker %d", node), Phase: m.Type, Err: err}
+	fail := func(err error) (*control.Conn, control.Msg, error) {
+		cc.Close()
+		return nil, control.Msg{}, &agentError{Agent: l.agent(node), Role: fmt.Sprintf("worker %d", node), Phase: string(m.Kind), Err: err}
 	}
-	if err := cc.send(m); err != nil {
+	if err := cc.Send(m); err != nil {
 		return fail(fmt.Errorf("%w: %v", errAgentLost, err))
 	}
-	r, err := cc.recv(l.timeout)
+	r, err := cc.Recv(l.timeout)
 	switch {
 	case err != nil:
 		return fail(fmt.Errorf("%w: %v", errAgentLost, err))
-	case r.Type == msgError:
+	case r.Kind == control.KindError:
 		return fail(fmt.Errorf("%w: %s", errAgentFailed, r.Error))
-	case r.Type != want || r.Started == nil:
-		return fail(fmt.Errorf("%w %q, want %q", errCtlUnexpected, r.Type, want))
+	case r.Kind != want:
+		return fail(control.Expect(r, want))
 	}
 	return cc, r, nil
 }
@@ -258,51 +205,53 @@ func (l *agentLauncher) roundTrip(ctx context.Context, node int, m ctlMsg, want 
 // Launch starts node's worker on its agent (an engine.Launcher).
 func (l *agentLauncher) Launch(ctx context.Context, node int, listen string) (engine.WorkerProcess, error) {
 	f, seed := l.faults(node)
-	p := &workerPlan{Version: ctlVersion, Job: l.job, Node: node, Spec: l.spec, Listen: listen, Faults: f, Seed: seed, Fsync: l.fsync}
-	cc, r, err := l.roundTrip(ctx, node, ctlMsg{Type: msgWorker, Worker: p}, msgStarted)
+	p := &control.WorkerPlan{Version: control.Version, Job: l.job, Node: node, Spec: l.spec, Listen: listen, Faults: f, Seed: seed, Fsync: l.fsync}
+	cc, r, err := l.roundTrip(ctx, node, control.Msg{Kind: control.KindWorker, Worker: p}, control.KindStarted)
 	if err != nil {
 		return nil, err
 	}
 	l.mu.Lock()
 	l.machines[l.agent(node)] = r.Started.Machine
 	l.mu.Unlock()
-	_ = cc.c.SetDeadline(time.Time{})
-	return &remoteWorker{l: l, node: node, cc: cc}, nil
+	out, conn := cc.Detach()
+	return &remoteWorker{l: l, node: node, out: out, conn: conn}, nil
 }
 
-// remoteWorker is a worker on an agent, behind one control connection.
+// remoteWorker is a worker on an agent, behind one control connection that
+// carries the worker's stdin and stdout past the started line.
 type remoteWorker struct {
 	l    *agentLauncher
 	node int
-	cc   *ctlConn
+	out  io.Reader
+	conn net.Conn
 }
 
 // Stdin writes to the connection; closing it closes the connection's
 // sending side, which the agent passes on as the end of the worker's
 // stdin.
-func (w *remoteWorker) Stdin() io.WriteCloser { return halfCloser{w.cc.c} }
+func (w *remoteWorker) Stdin() io.WriteCloser { return halfCloser{w.conn} }
 
 // Stdout reads the connection (past the started line).
-func (w *remoteWorker) Stdout() io.Reader { return w.cc.r }
+func (w *remoteWorker) Stdout() io.Reader { return w.out }
 
 // Kill asks the agent to SIGKILL the worker.
 func (w *remoteWorker) Kill() error {
 	ctx, cancel := context.WithTimeout(context.Background(), w.l.timeout)
 	defer cancel()
-	p := &workerPlan{Version: ctlVersion, Job: w.l.job, Node: w.node}
-	cc, _, err := w.l.roundTrip(ctx, w.node, ctlMsg{Type: msgKill, Worker: p}, msgKilled)
+	p := &control.WorkerPlan{Version: control.Version, Job: w.l.job, Node: w.node}
+	cc, _, err := w.l.roundTrip(ctx, w.node, control.Msg{Kind: control.KindKill, Worker: p}, control.KindKilled)
 	if err != nil {
 		return err
 	}
-	cc.c.Close()
+	cc.Close()
 	return nil
 }
 
 // Wait reads the connection to its end: the agent closes it once the
 // worker has exited.
 func (w *remoteWorker) Wait() string {
-	_, _ = io.Copy(io.Discard, w.cc.r)
-	w.cc.c.Close()
+	_, _ = io.Copy(io.Discard, w.out)
+	w.conn.Close()
 	return fmt.Sprintf("the worker on agent %s ended", w.l.agent(w.node))
 }
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/journal"
 )
@@ -21,32 +22,32 @@ import (
 func TestAnAgentRefusesABadWorkerPlanAndAKillOfNoWorker(t *testing.T) {
 	a := startAgentWith(t, func(a *agent) { a.workDir = t.TempDir() })
 	spec := json.RawMessage(`{"kind":"wordcount","input":"x"}`)
-	good := workerPlan{Version: ctlVersion, Job: "job-1", Node: 0, Spec: spec}
+	good := control.WorkerPlan{Version: control.Version, Job: "job-1", Node: 0, Spec: spec}
 	cases := []struct {
 		name string
-		kind string
-		edit func(*workerPlan)
+		kind control.Kind
+		edit func(*control.WorkerPlan)
 		want string
 	}{
-		{"another protocol version", msgWorker, func(p *workerPlan) { p.Version = ctlVersion + 1 }, "control protocol version"},
-		{"a job name that is a path", msgWorker, func(p *workerPlan) { p.Job = "../etc" }, "job name"},
-		{"a negative node", msgWorker, func(p *workerPlan) { p.Node = -1 }, "out of range"},
-		{"a spec of no known job", msgWorker, func(p *workerPlan) { p.Spec = json.RawMessage(`{"kind":"nope"}`) }, "unknown job kind"},
-		{"a spec that is not a spec", msgWorker, func(p *workerPlan) { p.Spec = json.RawMessage(`{"kind":5}`) }, "jobs: spec"},
-		{"a listen address without a port", msgWorker, func(p *workerPlan) { p.Listen = "10.0.0.1" }, "listen address"},
-		{"a kill of a worker that does not run", msgKill, func(p *workerPlan) {}, "no worker job-1/0 runs here"},
+		{"another protocol version", control.KindWorker, func(p *control.WorkerPlan) { p.Version = control.Version + 1 }, "control protocol version"},
+		{"a job name that is a path", control.KindWorker, func(p *control.WorkerPlan) { p.Job = "../etc" }, "job name"},
+		{"a negative node", control.KindWorker, func(p *control.WorkerPlan) { p.Node = -1 }, "out of range"},
+		{"a spec of no known job", control.KindWorker, func(p *control.WorkerPlan) { p.Spec = json.RawMessage(`{"kind":"nope"}`) }, "unknown job kind"},
+		{"a spec that is not a spec", control.KindWorker, func(p *control.WorkerPlan) { p.Spec = json.RawMessage(`{"kind":5}`) }, "jobs: spec"},
+		{"a listen address without a port", control.KindWorker, func(p *control.WorkerPlan) { p.Listen = "10.0.0.1" }, "listen address"},
+		{"a kill of a worker that does not run", control.KindKill, func(p *control.WorkerPlan) {}, "no worker job-1/0 runs here"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := good
 			c.edit(&p)
 			cc := dialCtl(t, a.addr)
-			if err := cc.send(ctlMsg{Type: c.kind, Worker: &p}); err != nil {
+			if err := cc.Send(control.Msg{Kind: c.kind, Worker: &p}); err != nil {
 				t.Fatal(err)
 			}
 			m := recvType(t, cc)
-			if m.Type != msgError || !strings.Contains(m.Error, c.want) {
-				t.Fatalf("got %q %q, want an error saying %q", m.Type, m.Error, c.want)
+			if m.Kind != control.KindError || !strings.Contains(m.Error, c.want) {
+				t.Fatalf("got %q %q, want an error saying %q", m.Kind, m.Error, c.want)
 			}
 		})
 	}

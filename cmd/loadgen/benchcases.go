@@ -12,6 +12,7 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/load"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -175,10 +176,10 @@ func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error 
 	start := bench.Now()
 	var sent int64
 	if runs {
-		sent, err = sendMaxRate(ctx, cfg, []*transport.Sender{s})
+		sent, err = load.MaxRate(ctx, cfg.loadConfig(), []*transport.Sender{s})
 	} else {
 		id, what = "max-send/"+be, "throughput, one Send per message"
-		sent, err = sendEach(ctx, cfg, s)
+		sent, err = load.Each(ctx, cfg.loadConfig(), s)
 	}
 	if err == nil {
 		err = s.Flush(ctx)
@@ -188,26 +189,6 @@ func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error 
 		return fmt.Errorf("%s: %w", id, err)
 	}
 	return b.add(deliveryRun(bench.Run{ID: id, Case: what, Subject: be + " backend", PID: pid}, sent, r.Delivery, start))
-}
-
-// sendEach sends one message per Send, as fast as the channel takes them,
-// for cfg.duration, stamping them as the transport scenario does. The clock
-// is read every 64 messages, as sendMaxRate reads it.
-func sendEach(ctx context.Context, cfg transportConfig, s *transport.Sender) (int64, error) {
-	src := newPayloadSource(cfg.size, 1, nil)
-	end := bench.Now() + int64(cfg.duration)
-	var now int64
-	for i := int64(0); ; i++ {
-		if i&63 == 0 {
-			if now = bench.Now(); now >= end {
-				return i, nil
-			}
-		}
-		if err := s.Send(ctx, now, src.next(0, now)); err != nil {
-			return i, err
-		}
-		src.seqs[0]++
-	}
 }
 
 // transportFixed sends at the fixed rate on one channel, as 'loadgen run
@@ -225,7 +206,7 @@ func (b *bencher) transportFixed(ctx context.Context, be string) error {
 	defer tx.Abort()
 	cfg := transportConfig{size: b.cfg.size, duration: b.cfg.duration, rate: b.cfg.rate, channels: 1, connections: 1, delivery: "auto"}
 	start := bench.Now()
-	res, err := sendFixedRate(ctx, cfg, []*transport.Sender{s})
+	res, err := load.FixedRate(ctx, cfg.loadConfig(), []*transport.Sender{s})
 	if err == nil {
 		err = s.Flush(ctx)
 	}
@@ -250,7 +231,7 @@ func (b *bencher) tcpFixed(ctx context.Context) error {
 		return err
 	}
 	defer conn.Close()
-	msg := newPayloadSource(b.cfg.size, 1, nil).buf
+	msg := load.Payload(b.cfg.size)
 	start := bench.Now()
 	res, err := bench.FixedRate{Rate: b.cfg.rate, Duration: b.cfg.duration, Clock: bench.RealClock{}}.Run(ctx,
 		func(_ context.Context, i, intended int64) error {
@@ -385,7 +366,7 @@ func (b *bencher) pingNodes(ctx context.Context, a *transport.Node, addr string,
 	if err != nil {
 		return 0, err
 	}
-	msg := newPayloadSource(b.cfg.size, 1, nil).buf
+	msg := load.Payload(b.cfg.size)
 	var n int64
 	for end := bench.Now() + int64(b.cfg.duration); bench.Now() < end; n++ {
 		t0 := bench.Now()

@@ -14,6 +14,7 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -102,20 +103,20 @@ func (c *coordConfig) validate() error {
 type remote struct {
 	addr   string
 	role   string
-	cc     *ctlConn
+	cc     *control.Conn
 	sendTo *remote // nil: does not send
 	index  int     // sender number
 
-	ready    agentReady
-	progress agentProgress
-	done     *agentDone
-	found    *agentFindings
+	ready    control.Ready
+	progress control.Progress
+	done     *control.Done
+	found    *control.Findings
 	finished bool // it answered bye
 }
 
 type ctlEvent struct {
 	from *remote
-	m    ctlMsg
+	m    control.Msg
 	err  error
 }
 
@@ -178,7 +179,7 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 		// Closing the control connections aborts whatever the agents
 		// still run; they do not outlive a failed coordinator.
 		for _, r := range c.remotes {
-			r.cc.c.Close()
+			r.cc.Close()
 		}
 	}()
 	c.events = make(chan ctlEvent, 16)
@@ -189,8 +190,8 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 	senders := c.senders()
 	hb := min(max(cfg.heartbeatTimeout/5, 10*time.Millisecond), time.Second)
 	for _, r := range c.remotes {
-		p := agentPlan{
-			Version: ctlVersion, Size: cfg.tc.size, Channels: cfg.tc.channels, Connections: cfg.tc.connections,
+		p := control.Plan{
+			Version: control.Version, Size: cfg.tc.size, Channels: cfg.tc.channels, Connections: cfg.tc.connections,
 			Messages: cfg.messages, Duration: cfg.tc.duration, ConsumeRate: cfg.tc.consumeRate, Heartbeat: hb,
 			ClockCorrection: !cfg.trustClocks,
 		}
@@ -199,11 +200,11 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 		} else {
 			p.Messages = 0
 		}
-		if err := c.send(r, "preparing", ctlMsg{Type: msgPlan, Plan: &p}); err != nil {
+		if err := c.send(r, "preparing", control.Msg{Kind: control.KindPlan, Plan: &p}); err != nil {
 			return nil, nil, err
 		}
 	}
-	if err := c.await(ctx, "preparing", msgReady, c.remotes); err != nil {
+	if err := c.await(ctx, "preparing", control.KindReady, c.remotes); err != nil {
 		return nil, nil, err
 	}
 	for _, r := range c.remotes {
@@ -211,7 +212,7 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 	}
 
 	for _, r := range c.remotes {
-		m := ctlMsg{Type: msgConnect}
+		m := control.Msg{Kind: control.KindConnect}
 		if r.sendTo != nil {
 			m.To, m.Index = reachableDataAddr(r.sendTo.ready.DataAddr, r.sendTo.addr), r.index
 		}
@@ -219,14 +220,14 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 			return nil, nil, err
 		}
 	}
-	if err := c.await(ctx, "connecting to its receiver", msgConnected, c.remotes); err != nil {
+	if err := c.await(ctx, "connecting to its receiver", control.KindConnected, c.remotes); err != nil {
 		return nil, nil, err
 	}
 
 	startAt := time.Now().Add(cfg.startDelay)
 	c.logf("%d sender(s) start at %s", len(senders), startAt.Format("15:04:05.000"))
 	for _, r := range c.remotes {
-		if err := c.send(r, "starting", ctlMsg{Type: msgStart, StartAt: startAt.UnixNano()}); err != nil {
+		if err := c.send(r, "starting", control.Msg{Kind: control.KindStart, StartAt: startAt.UnixNano()}); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -238,7 +239,7 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 	}
 	prog.Start()
 	stopPrint := c.printProgress()
-	err := c.await(ctx, "running", msgDone, senders)
+	err := c.await(ctx, "running", control.KindDone, senders)
 	stopPrint()
 	prog.Stop()
 	if err != nil {
@@ -252,20 +253,20 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 				epochs = append(epochs, s.ready.Epoch)
 			}
 		}
-		if err := c.send(r, "collecting", ctlMsg{Type: msgCollect, Epochs: epochs}); err != nil {
+		if err := c.send(r, "collecting", control.Msg{Kind: control.KindCollect, Epochs: epochs}); err != nil {
 			return nil, nil, err
 		}
 	}
-	if err := c.await(ctx, "collecting", msgFindings, c.remotes); err != nil {
+	if err := c.await(ctx, "collecting", control.KindFindings, c.remotes); err != nil {
 		return nil, nil, err
 	}
 	report, rec := c.report(startAt, prog)
 	for _, r := range c.remotes {
-		if err := c.send(r, "finishing", ctlMsg{Type: msgBye}); err != nil {
+		if err := c.send(r, "finishing", control.Msg{Kind: control.KindBye}); err != nil {
 			return nil, nil, err
 		}
 	}
-	if err := c.await(ctx, "finishing", msgBye, c.remotes); err != nil {
+	if err := c.await(ctx, "finishing", control.KindBye, c.remotes); err != nil {
 		return nil, nil, err
 	}
 	return report, rec, nil
@@ -309,8 +310,8 @@ func (c *coordinator) dial(ctx context.Context) error {
 				errs[i] = &agentError{Agent: r.addr, Role: r.role, Phase: "connecting",
 					Err: fmt.Errorf("%w: %v (is 'loadgen agent --listen %s' running there?)", errAgentUnreachable, err, r.addr)}
 			} else {
-				r.cc = newCtlConn(conn)
-				if err := ctlAuthenticate(r.cc, c.cfg.key, true); err != nil {
+				r.cc = control.NewConn(conn)
+				if err := control.Authenticate(r.cc, c.cfg.key, control.Coordinator); err != nil {
 					errs[i] = &agentError{Agent: r.addr, Role: r.role, Phase: "authenticating", Err: err}
 				}
 			}
@@ -323,7 +324,7 @@ func (c *coordinator) dial(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		for _, r := range c.remotes {
 			if r.cc != nil {
-				r.cc.c.Close()
+				r.cc.Close()
 			}
 		}
 		return err
@@ -335,10 +336,9 @@ func (c *coordinator) dial(ctx context.Context) error {
 // stays silent for the heartbeat timeout.
 func (c *coordinator) read(ctx context.Context, r *remote) {
 	for {
-		m, err := r.cc.recv(c.cfg.heartbeatTimeout)
+		m, err := r.cc.Recv(c.cfg.heartbeatTimeout)
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if errors.Is(err, control.ErrTimeout) {
 				err = fmt.Errorf("%w: nothing heard for %v", errAgentSilent, c.cfg.heartbeatTimeout)
 			} else {
 				err = fmt.Errorf("%w: %v", errAgentLost, err)
@@ -355,8 +355,8 @@ func (c *coordinator) read(ctx context.Context, r *remote) {
 	}
 }
 
-func (c *coordinator) send(r *remote, phase string, m ctlMsg) error {
-	if err := r.cc.send(m); err != nil {
+func (c *coordinator) send(r *remote, phase string, m control.Msg) error {
+	if err := r.cc.Send(m); err != nil {
 		return &agentError{Agent: r.addr, Role: r.role, Phase: phase, Err: fmt.Errorf("%w: %v", errAgentLost, err)}
 	}
 	return nil
@@ -365,7 +365,7 @@ func (c *coordinator) send(r *remote, phase string, m ctlMsg) error {
 // await handles events until every remote in set has sent a message of type
 // want, and fails on the first agent that breaks, goes silent or reports a
 // failure. Heartbeats update the progress counters on the way.
-func (c *coordinator) await(ctx context.Context, phase, want string, set []*remote) error {
+func (c *coordinator) await(ctx context.Context, phase string, want control.Kind, set []*remote) error {
 	pending := map[*remote]bool{}
 	for _, r := range set {
 		pending[r] = true
@@ -387,7 +387,7 @@ func (c *coordinator) await(ctx context.Context, phase, want string, set []*remo
 		}
 		m := ev.m
 		switch {
-		case m.Type == msgProgress && m.Progress != nil:
+		case m.Kind == control.KindProgress:
 			r.progress = *m.Progress
 			var delivered, sent int64
 			for _, x := range c.remotes {
@@ -397,25 +397,23 @@ func (c *coordinator) await(ctx context.Context, phase, want string, set []*remo
 			c.delivered.Store(delivered)
 			c.sent.Store(sent)
 			continue
-		case m.Type == msgError:
+		case m.Kind == control.KindError:
 			return fail(fmt.Errorf("%w: %s", errAgentFailed, m.Error))
-		case m.Type == msgAuth:
-			return fail(fmt.Errorf("%w: the agent requires a key; give coordinate the agents' --key-file", errCtlAuth))
-		case m.Type != want || !pending[r]:
-			return fail(fmt.Errorf("%w %q, want %q", errCtlUnexpected, m.Type, want))
+		case m.Kind == control.KindAuth:
+			return fail(fmt.Errorf("%w: the agent requires a key; give coordinate the agents' --key-file", control.ErrAuth))
+		case m.Kind != want || !pending[r]:
+			return fail(&control.UnexpectedError{Got: m.Kind, Want: want})
 		}
-		switch {
-		case want == msgReady && m.Ready != nil:
+		// The decoder saw to it that each kind has its body.
+		switch want {
+		case control.KindReady:
 			r.ready = *m.Ready
-		case want == msgDone && m.Done != nil:
+		case control.KindDone:
 			r.done = m.Done
-		case want == msgFindings && m.Findings != nil:
+		case control.KindFindings:
 			r.found = m.Findings
-		case want == msgConnected:
-		case want == msgBye:
+		case control.KindBye:
 			r.finished = true
-		default:
-			return fail(fmt.Errorf("%w: %q without its body", errCtlUnexpected, m.Type))
 		}
 		delete(pending, r)
 	}

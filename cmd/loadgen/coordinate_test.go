@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
 )
 
 func testCoordConfig(agents ...string) coordConfig {
@@ -196,7 +198,7 @@ func TestCoordinateReportsAnAgentsRefusal(t *testing.T) {
 	a, b := startAgent(t), startAgent(t)
 	busy := dialCtl(t, b.addr) // another coordinator holds b
 	p := goodPlan()
-	if err := busy.send(ctlMsg{Type: msgPlan, Plan: &p}); err != nil {
+	if err := busy.Send(control.Msg{Kind: control.KindPlan, Plan: &p}); err != nil {
 		t.Fatal(err)
 	}
 	recvType(t, busy)

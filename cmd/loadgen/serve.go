@@ -25,6 +25,8 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/load"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
 	"github.com/sluicehq/sluice/window"
@@ -46,15 +48,6 @@ type reportRequest struct {
 	ReplyTo string `json:"reply_to"`
 }
 
-// findings is serve's answer: what it received from one send run.
-type findings struct {
-	Delivered  int64                  `json:"delivered"`
-	Duplicates int64                  `json:"duplicates"`
-	Gaps       int64                  `json:"gaps"`
-	Bytes      int64                  `json:"bytes"`
-	Latency    *hdrhistogram.Snapshot `json:"latency"`
-}
-
 // session is what serve learned from one send run, told apart by epoch.
 type session struct {
 	rec                           *bench.Recorder
@@ -67,7 +60,7 @@ type server struct {
 	node      *transport.Node
 	delivered atomic.Int64
 	rec       *bench.Recorder
-	lim       *limiter
+	lim       *load.Limiter
 	stderr    io.Writer
 
 	mu       sync.Mutex
@@ -90,7 +83,7 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 		return s.onControl
 	}
 	return func(ch taskid.Channel, _ uint64, msgs []transport.Message) {
-		s.lim.wait(len(msgs))
+		s.lim.Wait(len(msgs))
 		ss := s.session(ch.Epoch)
 		now := bench.Now()
 		ss.mu.Lock()
@@ -134,17 +127,14 @@ func (s *server) onControl(_ taskid.Channel, _ uint64, msgs []transport.Message)
 			continue
 		}
 		ss := s.session(req.Epoch)
-		f := findings{
-			Delivered: ss.delivered.Load(), Duplicates: ss.dups.Load(), Gaps: ss.gaps.Load(),
-			Bytes: ss.nbytes.Load(), Latency: ss.rec.Snapshot().Export(),
-		}
+		f := ss.received()
 		fmt.Fprintf(s.stderr, "loadgen serve: run %x done: %d delivered, %d duplicates, %d missing; p99 %.1f µs\n",
 			req.Epoch, f.Delivered, f.Duplicates, f.Gaps, ss.rec.Latency().P99)
 		go s.reply(req, f)
 	}
 }
 
-func (s *server) reply(req reportRequest, f findings) {
+func (s *server) reply(req reportRequest, f control.Received) {
 	b, err := json.Marshal(f)
 	if err == nil {
 		err = s.sendReply(req, b)
@@ -192,9 +182,7 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	s := &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: stderr}
-	if *consume > 0 {
-		s.lim = &limiter{rate: *consume}
-	}
+	s.lim = load.NewLimiter(*consume)
 	node, err := transport.NewNode(append(secOpts, transport.WithListen(*listen))...)
 	if err != nil {
 		return err
@@ -263,10 +251,10 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer node.Abort()
 	defer metricsHub.addNode(node, "send")()
-	answer := make(chan findings, 1)
+	answer := make(chan control.Received, 1)
 	if err := node.Handle(replyTarget, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
 		for _, m := range msgs {
-			var f findings
+			var f control.Received
 			if json.Unmarshal(m.Payload, &f) == nil {
 				select {
 				case answer <- f:
@@ -308,22 +296,9 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	prog := bench.NewProgress(stderr, &confirmed, nil)
 	start := time.Now()
 	prog.Start()
-	src := newPayloadSource(tc.size, len(senders), tc.shift)
-	target := func(ctx context.Context, i, intended int64) error {
-		ch := int(i % int64(len(senders)))
-		if err := senders[ch].Send(ctx, intended, src.next(ch, intended)); err != nil {
-			return err
-		}
-		src.seqs[ch]++
-		confirmed.Store(i + 1)
-		return nil
-	}
-	var res bench.Result
-	if tc.rate > 0 {
-		res, err = bench.FixedRate{Rate: tc.rate, Count: *messages}.Run(ctx, target)
-	} else {
-		res, err = bench.MaxRate{Count: *messages}.Run(ctx, target)
-	}
+	lc := tc.loadConfig()
+	lc.Sent = &confirmed
+	sent, err := load.Count(ctx, lc, *messages, senders)
 	if err != nil {
 		prog.Stop()
 		return err
@@ -347,7 +322,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := ctl.Send(dctx, 0, req); err != nil {
 		return err
 	}
-	var f findings
+	var f control.Received
 	select {
 	case f = <-answer:
 	case <-dctx.Done():
@@ -359,17 +334,17 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	st := node.Stats()
 	report.DurationS = elapsed.Seconds()
-	report.MessagesSent = res.Sent
+	report.MessagesSent = sent
 	report.MessagesDelivered = f.Delivered
 	report.Duplicates = f.Duplicates
-	report.Lost = max(res.Sent-f.Delivered, f.Gaps)
+	report.Lost = max(sent-f.Delivered, f.Gaps)
 	report.WireBytes = int64(st.Totals().WireOut)
 	for _, c := range node.ChannelStats() {
 		report.Resent += int64(c.Resent)
 	}
 	report.Finish(rec)
 	report.ThroughputBytesPerS = float64(f.Bytes) / elapsed.Seconds()
-	ok := report.Duplicates == 0 && report.Lost == 0 && report.MessagesDelivered == res.Sent
+	ok := report.Duplicates == 0 && report.Lost == 0 && report.MessagesDelivered == sent
 	report.ExactlyOnce = &ok
 	report.Notes = append(report.Notes, "latency is measured by serve against the send times in the payloads; "+report.Clock.String(),
 		"wire_bytes counts what send wrote; serve's acknowledgements are not included")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -9,11 +8,11 @@ import (
 	"io"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/load"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -104,6 +103,11 @@ func (c *transportConfig) validate() error {
 	return nil
 }
 
+// loadConfig is what the senders of this configuration send.
+func (c *transportConfig) loadConfig() load.Config {
+	return load.Config{Size: c.size, Duration: c.duration, Rate: c.rate, Producers: c.producerCount(), Shift: c.shift}
+}
+
 func (c *transportConfig) asMap() map[string]any {
 	return map[string]any{
 		"size": c.size, bench.ConfigMsgSize: c.size, "duration": c.duration.String(), "rate": c.rate, "channels": c.channels,
@@ -167,36 +171,6 @@ func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *benc
 	}
 }
 
-// limiter paces consumption to a rate, shared by every receiving task.
-// Once lifted, consumption runs free, so that the backlog drains after the
-// measured part of a run.
-type limiter struct {
-	rate   float64
-	lifted atomic.Bool
-	mu     sync.Mutex
-	next   int64
-}
-
-func (l *limiter) wait(n int) {
-	if l == nil || l.lifted.Load() {
-		return
-	}
-	l.mu.Lock()
-	now := bench.Now()
-	t := max(l.next, now)
-	l.next = t + int64(float64(n)/l.rate*1e9)
-	l.mu.Unlock()
-	// Sleep in short steps: a reservation made before the limit is lifted
-	// may lie far ahead when ten thousand tasks queue for it.
-	for !l.lifted.Load() {
-		d := time.Duration(t - bench.Now())
-		if d <= 0 {
-			return
-		}
-		time.Sleep(min(d, 10*time.Millisecond))
-	}
-}
-
 // runTransport runs two nodes in this process over loopback and sends
 // through them.
 func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Writer, opts ...transport.Option) (*bench.Report, *bench.Recorder, error) {
@@ -227,10 +201,7 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 
 	rec := bench.NewRecorder()
 	chk := &checker{chans: make([]chanCheck, cfg.channels)}
-	var lim *limiter
-	if cfg.consumeRate > 0 {
-		lim = &limiter{rate: cfg.consumeRate}
-	}
+	lim := load.NewLimiter(cfg.consumeRate)
 	handleAll := rx.HandleAll
 	if cfg.inline() {
 		handleAll = rx.HandleAllInline
@@ -241,7 +212,7 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 			return func(taskid.Channel, uint64, []transport.Message) {}
 		}
 		return func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
-			lim.wait(len(msgs))
+			lim.Wait(len(msgs))
 			chk.observe(idx, msgs, bench.Now(), rec)
 		}
 	})
@@ -273,10 +244,10 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	var sendErr error
 	if cfg.rate > 0 {
 		var res bench.Result
-		res, sendErr = sendFixedRate(ctx, cfg, senders)
+		res, sendErr = load.FixedRate(ctx, cfg.loadConfig(), senders)
 		sent = res.Sent
 	} else {
-		sent, sendErr = sendMaxRate(ctx, cfg, senders)
+		sent, sendErr = load.MaxRate(ctx, cfg.loadConfig(), senders)
 	}
 	if sendErr != nil && !errors.Is(sendErr, context.Canceled) {
 		prog.Stop()
@@ -286,7 +257,7 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	stopMarks()
 	report.Notes = append(report.Notes, mem.stop())
 	if lim != nil {
-		lim.lifted.Store(true)
+		lim.Lift()
 		report.Notes = append(report.Notes, fmt.Sprintf("consumption was limited to %.0f msgs/s while sending (%.1f s), then ran free to drain the backlog", cfg.consumeRate, sendEnd.Seconds()))
 	}
 	// Wait until the receiver has consumed and acknowledged everything.
@@ -394,149 +365,4 @@ func faultMap(stats ...transport.FaultStats) map[string]int64 {
 		return nil
 	}
 	return m
-}
-
-// payloadSource builds payloads: the intended send time, the channel's next
-// sequence number, then filler. Across hosts the send time is stamped in
-// the receiver's clock: shifted by the offset a clockCorrector keeps.
-type payloadSource struct {
-	buf   []byte
-	seqs  []uint64
-	shift *atomic.Int64 // nil: one clock
-}
-
-func newPayloadSource(size, channels int, shift *atomic.Int64) *payloadSource {
-	b := make([]byte, size)
-	for i := headerLen; i < size; i++ {
-		b[i] = byte('a' + i%26)
-	}
-	return &payloadSource{buf: b, seqs: make([]uint64, channels), shift: shift}
-}
-
-// sendTime is intended in the receiver's clock.
-func (p *payloadSource) sendTime(intended int64) uint64 {
-	if p.shift != nil {
-		intended += p.shift.Load()
-	}
-	return uint64(intended)
-}
-
-func (p *payloadSource) next(ch int, intended int64) []byte {
-	bench.Stamp(p.buf, int64(p.sendTime(intended)), p.seqs[ch])
-	return p.buf
-}
-
-// newRun returns n messages with payload buffers of their own, for stamp.
-func (p *payloadSource) newRun(n int) []transport.Message {
-	run := make([]transport.Message, n)
-	for i := range run {
-		run[i].Payload = bytes.Clone(p.buf)
-	}
-	return run
-}
-
-// stamp makes run the next len(run) messages of channel ch, intended to be
-// sent at intended.
-func (p *payloadSource) stamp(run []transport.Message, ch int, intended int64) {
-	for i := range run {
-		run[i].Ts = intended
-		bench.Stamp(run[i].Payload, int64(p.sendTime(intended)), p.seqs[ch]+uint64(i))
-	}
-}
-
-// sendFixedRate sends message i at its intended time start+i/rate, on
-// channel i mod channels, measuring latency from that time. The driver's
-// Result says how far it fell behind its schedule.
-func sendFixedRate(ctx context.Context, cfg transportConfig, senders []*transport.Sender) (bench.Result, error) {
-	src := newPayloadSource(cfg.size, len(senders), cfg.shift)
-	// The driver sleeps on timers and sends what fell due in a burst rather
-	// than spinning: on two cores a spinning driver takes the CPU the
-	// transport's loops need, which shows as latency in what it measures.
-	d := bench.FixedRate{Rate: cfg.rate, Duration: cfg.duration, Clock: bench.RealClock{}}
-	res, err := d.Run(ctx, func(ctx context.Context, i, intended int64) error {
-		ch := int(i % int64(len(senders)))
-		if err := senders[ch].Send(ctx, intended, src.next(ch, intended)); err != nil {
-			return err
-		}
-		src.seqs[ch]++
-		return nil
-	})
-	return res, err
-}
-
-// sendMaxRate sends as fast as the transport takes messages. Producers
-// visit their channels in turn, sending up to 64 messages to each that has
-// credit (one with TrySend, then the rest as a run with TrySendRun, as an
-// engine emits its output), so
-// one slow channel does not hold back the others; when none has credit they
-// wait for an acknowledgement to free some. A message's intended send time
-// is a clock read at most 128 messages and visits before it (microseconds).
-func sendMaxRate(ctx context.Context, cfg transportConfig, senders []*transport.Sender) (int64, error) {
-	const burst = 64
-	producers := min(len(senders), cfg.producerCount())
-	peer := senders[0].Peer()
-	var total atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, producers)
-	deadline := time.Now().Add(cfg.duration)
-	dctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	for p := range producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var mine []int
-			for i := p; i < len(senders); i += producers {
-				mine = append(mine, i)
-			}
-			src := newPayloadSource(cfg.size, len(senders), cfg.shift)
-			run := src.newRun(burst - 1)
-			var n int64
-			defer func() { total.Add(n) }()
-			now, stamped := bench.Now(), 0
-			for dctx.Err() == nil {
-				mark := peer.CreditMark()
-				progressed := false
-				for _, ch := range mine {
-					// The clock is read again once 64 messages and visits
-					// have passed: reading it for each message, or for
-					// each of the many visits that find no credit, cost
-					// the producers a tenth of the CPU.
-					if stamped++; stamped >= burst {
-						now, stamped = bench.Now(), 0
-					}
-					// One message first: most visits find no credit,
-					// and stamping a whole run for them would be wasted.
-					k, err := 0, senders[ch].TrySend(now, src.next(ch, now))
-					if err == nil {
-						src.seqs[ch]++
-						src.stamp(run, ch, now)
-						var more int
-						more, err = senders[ch].TrySendRun(run)
-						src.seqs[ch] += uint64(more)
-						k = 1 + more
-					}
-					if err != nil && !errors.Is(err, transport.ErrNoCredit) {
-						errs[p] = err
-						return
-					}
-					n += int64(k)
-					stamped += k
-					progressed = progressed || k > 0
-					if n&1023 == 0 && dctx.Err() != nil {
-						return
-					}
-				}
-				if !progressed {
-					if err := peer.WaitCredit(dctx, mark); err != nil && dctx.Err() == nil {
-						errs[p] = err
-						return
-					}
-					now, stamped = bench.Now(), 0
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return total.Load(), errors.Join(errs...)
 }

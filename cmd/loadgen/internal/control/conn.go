@@ -1,0 +1,112 @@
+package control
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// MaxLine bounds one line, without its newline.
+const MaxLine = 64 << 20
+
+// WriteTimeout bounds one Send: a peer that stops reading is as good as
+// gone.
+const WriteTimeout = 10 * time.Second
+
+// readBuffer is a Conn's read buffer; a longer line is read in pieces.
+const readBuffer = 64 << 10
+
+// Conn is one end of a control connection: it writes and reads whole
+// messages, each within its deadline.
+type Conn struct {
+	nc net.Conn
+	br *bufio.Reader
+	mu sync.Mutex // serialises writes
+}
+
+// NewConn wraps nc. The Conn owns nc from then on.
+func NewConn(nc net.Conn) *Conn {
+	return &Conn{nc: nc, br: bufio.NewReaderSize(nc, readBuffer)}
+}
+
+// Send writes m as one line, waiting at most WriteTimeout. It is safe for
+// concurrent use: lines never interleave.
+func (c *Conn) Send(m Msg) error {
+	b, err := Append(nil, m)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = c.nc.SetWriteDeadline(time.Now().Add(WriteTimeout))
+	_, err = c.nc.Write(b)
+	return timedOut(err)
+}
+
+// Recv reads the next message, waiting at most timeout (0: no limit). It
+// is not safe for concurrent use: a connection has one reader.
+func (c *Conn) Recv(timeout time.Duration) (Msg, error) {
+	var dl time.Time
+	if timeout > 0 {
+		dl = time.Now().Add(timeout)
+	}
+	_ = c.nc.SetReadDeadline(dl)
+	line, err := ReadLine(c.br, MaxLine)
+	if err != nil {
+		return Msg{}, timedOut(err)
+	}
+	return Decode(line)
+}
+
+// Close closes the connection, which ends a Recv blocked on it. It is safe
+// for concurrent use.
+func (c *Conn) Close() error { return c.nc.Close() }
+
+// Detach ends the line protocol on c: it clears the deadlines and returns
+// the connection's byte stream, a reader that yields what was buffered past
+// the last line before what arrives next, and the connection itself, for
+// writing and closing. c must not be used after.
+func (c *Conn) Detach() (io.Reader, net.Conn) {
+	_ = c.nc.SetDeadline(time.Time{})
+	return c.br, c.nc
+}
+
+// timedOut wraps a net timeout in ErrTimeout.
+func timedOut(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	return err
+}
+
+// ReadLine reads one line of at most limit bytes and returns it without its
+// newline; the slice is the caller's. At the end of the stream it returns
+// io.EOF, or ErrTruncated when the stream ended inside a line; a line over
+// limit fails with ErrLineTooLong once limit+1 bytes of it have been read,
+// so it never holds more than that.
+func ReadLine(r *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(line)+len(chunk) > limit+1 || len(line)+len(chunk) == limit+1 && err != nil {
+			return nil, fmt.Errorf("%w: over %d bytes", ErrLineTooLong, limit)
+		}
+		line = append(line, chunk...)
+		switch {
+		case err == nil:
+			return bytes.TrimSuffix(line, []byte{'\n'}), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(line) > 0:
+			return nil, fmt.Errorf("%w after %d bytes: %w", ErrTruncated, len(line), io.ErrUnexpectedEOF)
+		default:
+			return nil, err
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/transport"
+)
+
+// FixedRate sends message i at its intended time start+i/cfg.Rate, on
+// sender i mod len(senders), every message due within cfg.Duration. The
+// Result says how far it fell behind its schedule. It stops early when ctx
+// ends (ctx's error) or a send fails (a *bench.SendError).
+func FixedRate(ctx context.Context, cfg Config, senders []*transport.Sender) (bench.Result, error) {
+	if err := cfg.check(len(senders)); err != nil {
+		return bench.Result{}, err
+	}
+	src := newPayloads(cfg.Size, len(senders), cfg.Shift)
+	// The driver sleeps on timers and sends what fell due in a burst rather
+	// than spinning: on two cores a spinning driver takes the CPU the
+	// transport's loops need, which shows as latency in what it measures.
+	d := bench.FixedRate{Rate: cfg.Rate, Duration: cfg.Duration, Clock: bench.RealClock{}}
+	return d.Run(ctx, src.roundRobin(senders, nil))
+}
+
+// Count sends n messages, message i on sender i mod len(senders), at
+// cfg.Rate (bench.FixedRate on its default clock) or, with no rate, as
+// fast as the senders take them. It returns how many were sent, n unless
+// ctx ended (ctx's error) or a send failed (a *bench.SendError).
+func Count(ctx context.Context, cfg Config, n int64, senders []*transport.Sender) (int64, error) {
+	if err := cfg.check(len(senders)); err != nil {
+		return 0, err
+	}
+	src := newPayloads(cfg.Size, len(senders), cfg.Shift)
+	target := src.roundRobin(senders, cfg.Sent)
+	var res bench.Result
+	var err error
+	if cfg.Rate > 0 {
+		res, err = bench.FixedRate{Rate: cfg.Rate, Count: n}.Run(ctx, target)
+	} else {
+		res, err = bench.MaxRate{Count: n}.Run(ctx, target)
+	}
+	return res.Sent, err
+}
+
+// Each sends one message per Send on s, as fast as s takes them, for
+// cfg.Duration. The intended send time is a clock read every 64 messages,
+// as MaxRate reads it. It returns how many were sent; it stops early when a
+// send fails (that error; ctx's end fails the Send).
+func Each(ctx context.Context, cfg Config, s *transport.Sender) (int64, error) {
+	if err := cfg.check(1); err != nil {
+		return 0, err
+	}
+	src := newPayloads(cfg.Size, 1, cfg.Shift)
+	end := bench.Now() + int64(cfg.Duration)
+	var now int64
+	for i := int64(0); ; i++ {
+		if i&63 == 0 {
+			if now = bench.Now(); now >= end {
+				return i, nil
+			}
+		}
+		if err := src.send(ctx, s, 0, now); err != nil {
+			return i, err
+		}
+	}
+}
+
+// burst is how many messages MaxRate hands a sender per visit, and how
+// many messages and visits a clock reading serves.
+const burst = 64
+
+// MaxRate sends as fast as the transport takes messages, for cfg.Duration
+// or until ctx ends, and returns how many the senders took. cfg.Producers
+// goroutines visit their senders in turn, sending up to 64 messages to each
+// that has credit (one with TrySend, then the rest as a run with
+// TrySendRun, as an engine emits its output), so one slow channel does not
+// hold back the others; when none has credit they wait for an
+// acknowledgement to free some. A message's intended send time is a clock
+// read at most 128 messages and visits before it (microseconds). The end
+// of ctx or of the duration is not an error; a failed send is. Every
+// sender must belong to the same peer.
+func MaxRate(ctx context.Context, cfg Config, senders []*transport.Sender) (int64, error) {
+	if err := cfg.check(len(senders)); err != nil {
+		return 0, err
+	}
+	producers := min(len(senders), max(1, cfg.Producers))
+	peer := senders[0].Peer()
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, producers)
+	dctx, cancel := context.WithDeadline(ctx, time.Now().Add(cfg.Duration))
+	defer cancel()
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []int
+			for i := p; i < len(senders); i += producers {
+				mine = append(mine, i)
+			}
+			n, err := produce(dctx, cfg, peer, senders, mine)
+			total.Add(n)
+			errs[p] = err
+		}()
+	}
+	wg.Wait()
+	return total.Load(), errors.Join(errs...)
+}
+
+// produce is one of MaxRate's producers, sending to the senders numbered
+// mine until ctx ends. It returns how many it sent.
+func produce(ctx context.Context, cfg Config, peer *transport.Peer, senders []*transport.Sender, mine []int) (int64, error) {
+	src := newPayloads(cfg.Size, len(senders), cfg.Shift)
+	run := src.newRun(burst - 1)
+	var n int64
+	now, stamped := bench.Now(), 0
+	for ctx.Err() == nil {
+		mark := peer.CreditMark()
+		progressed := false
+		for _, ch := range mine {
+			// The clock is read again once 64 messages and visits have
+			// passed: reading it for each message, or for each of the many
+			// visits that find no credit, cost the producers a tenth of
+			// the CPU.
+			if stamped++; stamped >= burst {
+				now, stamped = bench.Now(), 0
+			}
+			// One message first: most visits find no credit, and stamping
+			// a whole run for them would be wasted.
+			k, err := 0, senders[ch].TrySend(now, src.next(ch, now))
+			if err == nil {
+				src.sent(ch, 1)
+				src.stamp(run, ch, now)
+				var more int
+				more, err = senders[ch].TrySendRun(run)
+				src.sent(ch, more)
+				k = 1 + more
+			}
+			if err != nil && !errors.Is(err, transport.ErrNoCredit) {
+				return n, err
+			}
+			n += int64(k)
+			stamped += k
+			progressed = progressed || k > 0
+			if n&1023 == 0 && ctx.Err() != nil {
+				return n, nil
+			}
+		}
+		if !progressed {
+			if err := peer.WaitCredit(ctx, mark); err != nil && ctx.Err() == nil {
+				return n, err
+			}
+			now, stamped = bench.Now(), 0
+		}
+	}
+	return n, nil
+}
