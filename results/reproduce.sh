@@ -60,3 +60,5 @@ cmp /tmp/sluice-wc-clean.tsv /tmp/sluice-wc-kill1s.tsv
 (cd bench/compare && go run . --size 100 --duration 5s --rounds 3 --out ../../$out/compare --json > /dev/null)
 # Watermill Pub/Subs through the same API: Sluice, GoChannel, core NATS; three runs.
 (cd watermill && for r in 1 2 3; do go run ./cmd/wmbench -n 50000 -lat 5000 -sizes 100,1024; done > ../$out/watermill/wmbench.txt)
+# Issue 16's before/after table (benchstat across three commits, about eight minutes).
+results/structure/reproduce.sh
