@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/bench/jobs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/journal"
+	"github.com/sluicehq/sluice/internal/durable"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -287,7 +288,7 @@ func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConf
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := writeFileSynced(ec.output, func(w io.Writer) error { return jobs.WriteCounts(w, counts) }); err != nil {
+	if err := durable.WriteFile(ec.output, true, func(w io.Writer) error { return jobs.WriteCounts(w, counts) }); err != nil {
 		return nil, nil, err
 	}
 	var words int64
@@ -324,40 +325,6 @@ func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConf
 		r.Notes = append(r.Notes, "differs from the independent count: "+d)
 	}
 	return r, nil, nil
-}
-
-// writeFileSynced writes path through a temporary file that is fsynced
-// before it is renamed over path, and fsyncs the directory after: the
-// output is complete or absent after a crash of the machine.
-func writeFileSynced(path string, write func(io.Writer) error) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	err = write(f)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfig, sec nodeFlags, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {

@@ -42,6 +42,7 @@ import (
 	"sync"
 
 	"github.com/sluicehq/sluice/internal/crcframe"
+	"github.com/sluicehq/sluice/internal/durable"
 )
 
 const (
@@ -215,15 +216,7 @@ func (s *Store) syncDir() error {
 	if s.cfg.NoSync {
 		return nil
 	}
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := durable.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("checkpoint: syncing directory: %w", err)
 	}
 	return nil

@@ -26,9 +26,11 @@ package journal
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"path/filepath"
 	"syscall"
+
+	"github.com/sluicehq/sluice/internal/durable"
 )
 
 // State is what a journal's records add up to.
@@ -166,41 +168,14 @@ func Open(path string, opts Options) (*Journal, error) {
 // create writes a journal holding only its magic, atomically: a crash
 // leaves either no journal or an empty one.
 func create(path string, opts Options) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
+	err := durable.WriteFile(path, !opts.NoSync, func(w io.Writer) error {
+		_, err := io.WriteString(w, fileMagic)
 		return err
-	}
-	_, err = f.Write([]byte(fileMagic))
-	if err == nil && !opts.NoSync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil && !opts.NoSync {
-		err = syncDir(filepath.Dir(path))
-	}
+	})
 	if err != nil {
-		_ = os.Remove(tmp)
 		return fmt.Errorf("journal: creating %s: %w", path, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // load replays the file into j.state and cuts a torn tail.

@@ -32,6 +32,8 @@ import (
 	"os"
 	"slices"
 	"sync"
+
+	"github.com/sluicehq/sluice/internal/durable"
 )
 
 // Record is one message: its event timestamp and its payload.
@@ -239,15 +241,7 @@ func (l *Log) createSegmentLocked(seq uint64) error {
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("store: %w", err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
+	if err := durable.SyncDir(dir); err != nil {
 		return fmt.Errorf("store: syncing directory %s: %w", dir, err)
 	}
 	return nil
