@@ -2,7 +2,6 @@ package transport
 
 import (
 	"encoding/binary"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -159,16 +158,7 @@ func testClockOffset(t *testing.T, theta time.Duration) {
 // clock from it, and answers its PINGs with 8-byte PONGs; a PING with
 // PingClock gets the node's clock.
 func TestClockPongsAreCompatibleWithPeersThatPredateThem(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	tx := testNode(t)
-	p, err := tx.Peer(ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, tx, p := rawPeerListener(t)
 	nc, r := acceptRawPeer(t, ln)
 	f := readAnyFrame(t, r)
 	if f.Type != wire.FramePing || f.Flags&wire.PingClock == 0 {

@@ -28,6 +28,23 @@ func readFrame(t *testing.T, r *bufio.Reader) wire.Frame {
 // acceptRawPeer accepts the next connection on ln as a hand-written peer
 // (node id 99): it exchanges prefaces and returns the connection, closed
 // when the test ends, and a reader past the node's preface.
+// rawPeerListener returns a listener for a test to play a peer by hand
+// (with acceptRawPeer), and a test node with a Peer for it, which dials it.
+func rawPeerListener(t *testing.T) (net.Listener, *Node, *Peer) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	tx := testNode(t)
+	p, err := tx.Peer(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln, tx, p
+}
+
 func acceptRawPeer(t *testing.T, ln net.Listener) (net.Conn, *bufio.Reader) {
 	t.Helper()
 	nc, err := ln.Accept()
@@ -73,16 +90,7 @@ func readAnyFrame(t *testing.T, r *bufio.Reader) wire.Frame {
 // sender's calls fail with a ChannelError matching ErrInvalidAck, while the
 // connection stays up for other channels.
 func TestAnAckOfMessagesNeverSentClosesTheChannel(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	tx := testNode(t)
-	p, err := tx.Peer(ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, tx, p := rawPeerListener(t)
 	ctx := ctxT(t, 20*time.Second)
 	s, err := p.OpenSender(ctx, taskid.ID{Processor: 1}, taskid.ID{Processor: 2})
 	if err != nil {

@@ -62,9 +62,7 @@ func TestWordCountWithWorkersOnAgentsOverLoopback(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping in -short mode: builds loadgen and runs word count on three agent processes (about 10 s)")
 	}
-	if raceEnabled {
-		t.Skip("skipping under the race detector: it does not instrument the loadgen processes")
-	}
+	skipUnderRace(t)
 	bin := buildLoadgen(t)
 	dir := t.TempDir()
 	input, want := wordCountInput(t, dir, 4_000_000, 13)

@@ -79,25 +79,28 @@ func dialTCP(ctx context.Context, addr string) (*net.TCPConn, error) {
 	return c.(*net.TCPConn), nil
 }
 
-// tcpSide starts the receiving side of a plain-TCP case and dials it.
-func (b *bencher) tcpSide(ctx context.Context, kind string) (*net.TCPConn, int, error) {
+// tcpSide starts the receiving side of a plain-TCP case and dials it. The
+// connection closes when ctx ends (unblocking a write or read in progress)
+// or when the caller calls closeConn.
+func (b *bencher) tcpSide(ctx context.Context, kind string) (conn *net.TCPConn, pid int, closeConn func(), err error) {
 	addr, pid, err := b.host.start(ctx, sideSpec{Kind: kind, Size: b.cfg.size})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
-	conn, err := dialTCP(ctx, addr)
-	return conn, pid, err
+	if conn, err = dialTCP(ctx, addr); err != nil {
+		return nil, 0, nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	return conn, pid, func() { stop(); conn.Close() }, nil
 }
 
 // tcpCeiling: plain TCP with ideal 64 KiB batching at full speed.
 func (b *bencher) tcpCeiling(ctx context.Context) error {
-	conn, pid, err := b.tcpSide(ctx, sideTCPPacked)
+	conn, pid, closeConn, err := b.tcpSide(ctx, sideTCPPacked)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
+	defer closeConn()
 	w, err := bench.NewPackedWriter(conn, b.cfg.size)
 	if err != nil {
 		return err
@@ -226,11 +229,11 @@ func (b *bencher) transportFixed(ctx context.Context, be string) error {
 // tcpFixed: the same driver at the same rate writing each message to plain
 // TCP with one write.
 func (b *bencher) tcpFixed(ctx context.Context) error {
-	conn, pid, err := b.tcpSide(ctx, sideTCPStamped)
+	conn, pid, closeConn, err := b.tcpSide(ctx, sideTCPStamped)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer closeConn()
 	msg := load.Payload(b.cfg.size)
 	start := bench.Now()
 	res, err := bench.FixedRate{Rate: b.cfg.rate, Duration: b.cfg.duration, Clock: bench.RealClock{}}.Run(ctx,
@@ -273,13 +276,11 @@ func (b *bencher) driverAlone(ctx context.Context) error {
 
 // tcpPingPong: one message there and back over plain TCP, for the duration.
 func (b *bencher) tcpPingPong(ctx context.Context) error {
-	conn, pid, err := b.tcpSide(ctx, sideTCPEcho)
+	conn, pid, closeConn, err := b.tcpSide(ctx, sideTCPEcho)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
+	defer closeConn()
 	p, err := bench.NewPinger(conn, b.cfg.size)
 	if err != nil {
 		return err
@@ -314,11 +315,7 @@ func pingRun(id, subject string, pid int, n int64, rec *bench.Recorder, elapsed 
 // transportPingPong: one message there and back through two nodes, each
 // way a channel of its own, as BenchmarkTransportPingPong does.
 func (b *bencher) transportPingPong(ctx context.Context, be string) error {
-	opts, err := backendOptions(be)
-	if err != nil {
-		return err
-	}
-	a, err := transport.NewNode(append([]transport.Option{transport.WithListen("127.0.0.1:0")}, opts...)...)
+	a, err := listeningNode(be)
 	if err != nil {
 		return err
 	}

@@ -93,6 +93,15 @@ func backendOptions(name string) ([]transport.Option, error) {
 	return nil, fmt.Errorf("bench: unknown backend %q (want %s or %s)", name, backendDefault, backendNet)
 }
 
+// listeningNode starts a node of backend be listening on a loopback port.
+func listeningNode(be string) (*transport.Node, error) {
+	opts, err := backendOptions(be)
+	if err != nil {
+		return nil, err
+	}
+	return transport.NewNode(append([]transport.Option{transport.WithListen("127.0.0.1:0")}, opts...)...)
+}
+
 // startSide starts the side spec asks for, in this process.
 func startSide(ctx context.Context, spec sideSpec) (side, error) {
 	if spec.Size < headerLen {
@@ -181,11 +190,7 @@ type sinkSide struct {
 }
 
 func startSinkSide(spec sideSpec) (*sinkSide, error) {
-	opts, err := backendOptions(spec.Backend)
-	if err != nil {
-		return nil, err
-	}
-	n, err := transport.NewNode(append([]transport.Option{transport.WithListen("127.0.0.1:0")}, opts...)...)
+	n, err := listeningNode(spec.Backend)
 	if err != nil {
 		return nil, err
 	}
@@ -221,11 +226,7 @@ type echoSide struct {
 }
 
 func startEchoSide(ctx context.Context, spec sideSpec) (*echoSide, error) {
-	opts, err := backendOptions(spec.Backend)
-	if err != nil {
-		return nil, err
-	}
-	n, err := transport.NewNode(append([]transport.Option{transport.WithListen("127.0.0.1:0")}, opts...)...)
+	n, err := listeningNode(spec.Backend)
 	if err != nil {
 		return nil, err
 	}

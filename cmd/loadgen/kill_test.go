@@ -27,12 +27,9 @@ func TestWordCountSurvivesSIGKILLedProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping in -short mode: builds loadgen and runs three worker processes (about a minute)")
 	}
-	if raceEnabled {
-		// The workers are not built with the race detector, so it checks
-		// nothing here, and under its load recovery can fall behind the
-		// kills: the job would never finish.
-		t.Skip("skipping under the race detector: it does not instrument the worker processes")
-	}
+	// Under the race detector's load recovery can also fall behind the
+	// kills: the job would never finish.
+	skipUnderRace(t)
 	bin := buildLoadgen(t)
 	dir := t.TempDir()
 	input := filepath.Join(dir, "input.txt")

@@ -21,9 +21,7 @@ func TestEngineWorkersOnAgentsInThreeHosts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping in -short mode: builds loadgen and runs word count across network namespaces (about 15 s)")
 	}
-	if raceEnabled {
-		t.Skip("skipping under the race detector: it does not instrument the loadgen processes")
-	}
+	skipUnderRace(t)
 	h := newNetnsHosts(t, 3)
 	bin := buildLoadgen(t)
 	dir := t.TempDir()

@@ -162,6 +162,16 @@ func checkExactlyOnce(t *testing.T, what string, r map[string]any, want float64)
 	}
 }
 
+// skipUnderRace skips a test whose work runs in loadgen processes built
+// by buildLoadgen: the race detector does not instrument them, so it would
+// check nothing there.
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("skipping under the race detector: it does not instrument the loadgen processes")
+	}
+}
+
 func buildLoadgen(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "loadgen")

@@ -27,9 +27,7 @@ func TestARestartedLoadgenResumesWordCount(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping in -short mode: builds loadgen and runs word count twice per case (about 20 s)")
 	}
-	if raceEnabled {
-		t.Skip("skipping under the race detector: it does not instrument the loadgen processes")
-	}
+	skipUnderRace(t)
 	bin := buildLoadgen(t)
 	dir := t.TempDir()
 	input, want := wordCountInput(t, dir, 6_000_000, 5)

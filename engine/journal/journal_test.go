@@ -89,15 +89,23 @@ func TestAReopenedJournalHoldsEveryAppendedRecordAndAcceptsMore(t *testing.T) {
 	}
 }
 
-func TestAJournalCutAtAnyByteKeepsExactlyTheRecordsBeforeTheCut(t *testing.T) {
-	dir := t.TempDir()
+// historyFile writes history() to a journal in dir and returns its
+// records, the offset at which each ends, and the file's bytes.
+func historyFile(t *testing.T, dir string) (recs []Record, ends []int64, b []byte) {
+	t.Helper()
 	full := filepath.Join(dir, "full")
-	recs := history()
-	ends := writeJournal(t, full, recs)
+	recs = history()
+	ends = writeJournal(t, full, recs)
 	b, err := os.ReadFile(full)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return recs, ends, b
+}
+
+func TestAJournalCutAtAnyByteKeepsExactlyTheRecordsBeforeTheCut(t *testing.T) {
+	dir := t.TempDir()
+	recs, ends, b := historyFile(t, dir)
 	for cut := 0; cut <= len(b); cut++ {
 		path := filepath.Join(dir, "cut")
 		if err := os.WriteFile(path, b[:cut], 0o644); err != nil {
@@ -147,13 +155,7 @@ func TestAJournalCutAtAnyByteKeepsExactlyTheRecordsBeforeTheCut(t *testing.T) {
 
 func TestDamageToTheLastRecordIsCutAndDamageBeforeItIsAnError(t *testing.T) {
 	dir := t.TempDir()
-	full := filepath.Join(dir, "full")
-	recs := history()
-	ends := writeJournal(t, full, recs)
-	b, err := os.ReadFile(full)
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs, ends, b := historyFile(t, dir)
 	start := int64(len(fileMagic))
 	for i, end := range ends {
 		for at := start; at < end; at++ {
