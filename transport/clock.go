@@ -82,17 +82,11 @@ func (p *Peer) ClockOffset() (ClockOffset, bool) {
 	defer p.mu.Unlock()
 	var best *ClockOffset
 	for _, c := range p.mu.conns {
-		if c == nil {
-			continue
-		}
-		if e := c.clock.estimate(); e != nil && (best == nil || e.Error < best.Error) {
-			best = e
+		if c != nil {
+			best = tighter(best, c)
 		}
 	}
-	if best == nil {
-		return ClockOffset{}, false
-	}
-	return *best, true
+	return found(best)
 }
 
 // ClockOffset returns the estimate of the clock of the node with id nodeID
@@ -105,13 +99,23 @@ func (n *Node) ClockOffset(nodeID uint64) (ClockOffset, bool) {
 	defer n.mu.Unlock()
 	var best *ClockOffset
 	for c := range n.mu.conns {
-		if c.remoteID.Load() != nodeID || c.state.Load() != stOpen {
-			continue
-		}
-		if e := c.clock.estimate(); e != nil && (best == nil || e.Error < best.Error) {
-			best = e
+		if c.remoteID.Load() == nodeID && c.state.Load() == stOpen {
+			best = tighter(best, c)
 		}
 	}
+	return found(best)
+}
+
+// tighter returns whichever of best and c's estimate has the smaller error
+// bound; best when c has none.
+func tighter(best *ClockOffset, c *conn) *ClockOffset {
+	if e := c.clock.estimate(); e != nil && (best == nil || e.Error < best.Error) {
+		return e
+	}
+	return best
+}
+
+func found(best *ClockOffset) (ClockOffset, bool) {
 	if best == nil {
 		return ClockOffset{}, false
 	}

@@ -104,13 +104,7 @@ func (n *Node) checkHealth(now int64) {
 		if n.o.stallAlert <= 0 {
 			continue
 		}
-		p.mu.Lock()
-		chans := make([]*channel, 0, len(p.mu.channels))
-		for _, ch := range p.mu.channels {
-			chans = append(chans, ch)
-		}
-		p.mu.Unlock()
-		for _, ch := range chans {
+		for _, ch := range p.channelList() {
 			n.checkStall(ch, now)
 		}
 	}

@@ -321,10 +321,7 @@ func (p *Peer) close() {
 		return
 	}
 	p.mu.closed = true
-	chans := make([]*channel, 0, len(p.mu.channels))
-	for _, ch := range p.mu.channels {
-		chans = append(chans, ch)
-	}
+	chans := p.channelListLocked()
 	p.mu.Unlock()
 	close(p.stop)
 	p.wg.Wait()
@@ -335,15 +332,25 @@ func (p *Peer) close() {
 	p.budget.broadcast()
 }
 
-// flush waits until every channel to the peer is fully acknowledged.
-func (p *Peer) flush(ctx context.Context) error {
+// channelList returns the peer's channels as they are now.
+func (p *Peer) channelList() []*channel {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.channelListLocked()
+}
+
+// channelListLocked is channelList for a caller that holds p.mu.
+func (p *Peer) channelListLocked() []*channel {
 	chans := make([]*channel, 0, len(p.mu.channels))
 	for _, ch := range p.mu.channels {
 		chans = append(chans, ch)
 	}
-	p.mu.Unlock()
-	for _, ch := range chans {
+	return chans
+}
+
+// flush waits until every channel to the peer is fully acknowledged.
+func (p *Peer) flush(ctx context.Context) error {
+	for _, ch := range p.channelList() {
 		if err := (&Sender{ch: ch}).Flush(ctx); err != nil && !errors.Is(err, ErrClosed) {
 			return err
 		}
