@@ -134,25 +134,26 @@ func (n *Node) checkStall(ch *channel, now int64) {
 	if ch.stalled.Load() || now-hs.since < int64(n.o.stallAlert) {
 		return
 	}
+	// The line first, then the state: whoever sees the state sees the line.
+	n.log.Warn("sluice: channel stalled: its target has acknowledged nothing for a while and messages wait",
+		"channel", ch.key.String(), "peer", ch.peer.addr, "for", time.Duration(now-hs.since).Round(time.Millisecond),
+		"unacked", next-acked, "acked_seq", acked)
 	ch.stalled.Store(true)
 	n.health.stalled[ch] = struct{}{}
 	n.health.stalls.Add(1)
 	n.health.nStalled.Add(1)
-	n.log.Warn("sluice: channel stalled: its target has acknowledged nothing for a while and messages wait",
-		"channel", ch.key.String(), "peer", ch.peer.addr, "for", time.Duration(now-hs.since).Round(time.Millisecond),
-		"unacked", next-acked, "acked_seq", acked)
 }
 
 func (n *Node) clearStall(ch *channel, now int64, why string) {
-	ch.stalled.Store(false)
-	delete(n.health.stalled, ch)
-	n.health.nStalled.Add(-1)
 	msg := "sluice: channel stall cleared: its target acknowledges again"
 	if why != "" {
 		msg = "sluice: channel stall cleared: " + why
 	}
 	n.log.Info(msg, "channel", ch.key.String(), "peer", ch.peer.addr,
 		"after", time.Duration(now-ch.health.since).Round(time.Millisecond))
+	ch.stalled.Store(false)
+	delete(n.health.stalled, ch)
+	n.health.nStalled.Add(-1)
 }
 
 // checkSlow ends p's slow-consumer interval if it is over. Timer goroutine
@@ -172,18 +173,18 @@ func (n *Node) checkSlow(p *Peer, now int64) {
 	hs.start, hs.waited = now, waited
 	switch slow := p.slow.Load(); {
 	case !slow && share > 0.5:
+		n.log.Warn("sluice: slow consumer: senders waited for the peer's credit most of the time",
+			"peer", p.addr, "waited", fmt.Sprintf("%.0f%%", 100*share), "of", time.Duration(span).Round(time.Millisecond))
 		p.slow.Store(true)
 		n.health.slow[p] = struct{}{}
 		n.health.slows.Add(1)
 		n.health.nSlow.Add(1)
-		n.log.Warn("sluice: slow consumer: senders waited for the peer's credit most of the time",
-			"peer", p.addr, "waited", fmt.Sprintf("%.0f%%", 100*share), "of", time.Duration(span).Round(time.Millisecond))
 	case slow && share < 0.25:
+		n.log.Info("sluice: slow consumer cleared: senders wait for the peer's credit little again",
+			"peer", p.addr, "waited", fmt.Sprintf("%.0f%%", 100*share), "of", time.Duration(span).Round(time.Millisecond))
 		p.slow.Store(false)
 		delete(n.health.slow, p)
 		n.health.nSlow.Add(-1)
-		n.log.Info("sluice: slow consumer cleared: senders wait for the peer's credit little again",
-			"peer", p.addr, "waited", fmt.Sprintf("%.0f%%", 100*share), "of", time.Duration(span).Round(time.Millisecond))
 	}
 }
 
