@@ -136,9 +136,11 @@ func TestPeerBudgetBoundsWindowMemory(t *testing.T) {
 // all that stands between a sender and the budget, they are taken back, even
 // though no ack will ever come to their channels again.
 func TestIdleWindowsGiveBackTheirMemory(t *testing.T) {
-	const size, burst = 64 << 10, 16 // a default window's 1 MiB
-	// Room for three full windows and less than a fourth message.
-	const budget = 3*(burst*size+burst*24) + size/2
+	// A default window's 1 MiB: sixteen payloads of 64 KiB less their heads.
+	const size, burst = 64<<10 - MaxMessageHead, 16
+	// Room for three full windows (1 MiB of ring and a 32-byte record a
+	// message each) and less than a fourth message.
+	const budget = 3*(1<<20+burst*32) + size/2
 	rx, tx, p := newPair(t, nil, []Option{WithPeerBudget(budget)})
 	// The first three targets consume only once their gate opens, so that
 	// each burst fills its whole window before any of it is acknowledged
@@ -309,7 +311,7 @@ func TestSmallIdleWindowsYieldToALargeMessage(t *testing.T) {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	big := senders[20]
-	if err := big.Send(sctx, 0, payload(0, w.MaxBytes)); err != nil {
+	if err := big.Send(sctx, 0, payload(0, w.MaxBytes-MaxMessageHead)); err != nil {
 		t.Fatalf("a message of a whole window with quiet windows holding the budget: %v (%+v)", err, peerStats(t, tx))
 	}
 	if err := big.Flush(sctx); err != nil {

@@ -11,11 +11,13 @@
 // is no simultaneous-open race to settle. [WithConnectionsPerPeer] adds
 // connections in the same direction.
 //
-// The path of one message: [Sender.Send] copies the payload into the
-// channel's window (window.Sender), which keeps it until the target
-// acknowledges it, and marks the channel ready on its connection. The
-// connection's event loop pulls runs of messages from its ready channels in
-// turn, encodes them into one DATA frame (wire), and writes it at once when
+// The path of one message: [Sender.Send] writes it, in its wire encoding
+// (timestamp delta, length, payload), into the channel's window
+// (window.Sender), which keeps it until the target acknowledges it, and
+// marks the channel ready on its connection. The connection's event loop
+// pulls runs of messages from its ready channels in turn, copies each run
+// as it is stored behind a run header into one DATA frame (wire), and
+// writes it at once when
 // the socket is idle, or as soon as a previous write drains when it is busy
 // (batch.Policy). On a gnet connection that has been idle for a while (no
 // write within what a direct write takes, at least 5 µs), for a

@@ -101,8 +101,11 @@ func WithEpoch(e uint64) Option { return func(o *options) { o.epoch = e } }
 func WithConnectionsPerPeer(n int) Option { return func(o *options) { o.connsPerPeer = n } }
 
 // WithWindow sets each channel's flow-control window: at most msgs
-// messages and bytes payload bytes sent and not yet acknowledged. A payload
-// larger than bytes is refused with [ErrTooLarge]. Default
+// messages and bytes bytes sent and not yet acknowledged, counting each
+// message's payload and its head on the wire (a timestamp delta and a
+// length, 2 to 15 bytes; the window keeps messages encoded, ready to be
+// written). A payload larger than bytes less 15 ([MaxMessageHead]) is
+// refused with [ErrTooLarge]; bytes must exceed 15. Default
 // [DefaultWindowMessages] and [DefaultWindowBytes], measured on loopback: a
 // window must cover what one channel sends in an AckRequest round trip, and
 // larger ones were slower because what they retain no longer fits in the
@@ -110,6 +113,10 @@ func WithConnectionsPerPeer(n int) Option { return func(o *options) { o.connsPer
 func WithWindow(msgs, bytes int) Option {
 	return func(o *options) { o.window.MaxMessages, o.window.MaxBytes = msgs, bytes }
 }
+
+// MaxMessageHead is the most bytes a message takes in a window, and on the
+// wire, beyond its payload: its timestamp delta and its length.
+const MaxMessageHead = wire.MaxMessageHeadLen
 
 // Defaults of [WithWindow].
 const (
@@ -312,6 +319,9 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 func (o *options) validate() error {
 	if err := o.window.Validate(); err != nil {
 		return err
+	}
+	if o.window.MaxBytes <= MaxMessageHead {
+		return fmt.Errorf("transport: a window of %d bytes holds no message: each takes its payload and a head of up to %d bytes", o.window.MaxBytes, MaxMessageHead)
 	}
 	if err := o.loss.Validate(); err != nil {
 		return err

@@ -106,7 +106,7 @@ func (s *Sender) Send(ctx context.Context, ts int64, payload []byte) error {
 		if err != ErrNoCredit {
 			return err
 		}
-		if err := s.ch.waitCredit(ctx, len(payload)); err != nil {
+		if err := s.ch.waitCredit(ctx, ts, len(payload)); err != nil {
 			return err
 		}
 	}
@@ -145,13 +145,13 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 	if ch.mu.closed {
 		return ch.closedErrLocked()
 	}
-	if max := ch.peer.node.o.window.MaxBytes; len(payload) > max {
-		return fmt.Errorf("%w: %d bytes, the window holds %d", ErrTooLarge, len(payload), max)
+	if max := maxPayload(ch.peer.node.o.window); len(payload) > max {
+		return fmt.Errorf("%w: %d bytes, the window holds payloads of up to %d", ErrTooLarge, len(payload), max)
 	}
 	src := ch.mu.src
-	cost, ok := src.PushCost(len(payload))
+	cost, ok := src.PushCost(ts, len(payload))
 	if !ok {
-		if err := src.Push(ts, payload); !errors.Is(err, window.ErrNoCredit) {
+		if _, err := src.Push(ts, payload); !errors.Is(err, window.ErrNoCredit) {
 			return err // Push refuses what PushCost refused, and says why
 		}
 		return ErrNoCredit
@@ -159,7 +159,8 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 	if cost > 0 && !ch.peer.charge(int64(cost)) {
 		return ErrNoCredit
 	}
-	if err := src.Push(ts, payload); err != nil {
+	stored, err := src.Push(ts, payload)
+	if err != nil {
 		return err // not reached: PushCost said it fits
 	}
 	if ch.mu.idle != 0 {
@@ -171,7 +172,7 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 		// A channel with many messages unacknowledged is streaming: its
 		// batches are the loop's to gather, not one message per write.
 		inflight, _ := src.Retained()
-		switch direct, wake := c.enqueue(ch, len(payload), inflight <= directMaxUnacked); {
+		switch direct, wake := c.enqueue(ch, stored, inflight <= directMaxUnacked); {
 		case direct:
 			ch.mu.direct = c
 		case wake:
@@ -195,7 +196,7 @@ func (s *Sender) SendRun(ctx context.Context, msgs []Message) (int, error) {
 		if err != ErrNoCredit {
 			return n, err
 		}
-		if err := s.ch.waitCredit(ctx, len(msgs[n].Payload)); err != nil {
+		if err := s.ch.waitCredit(ctx, msgs[n].Ts, len(msgs[n].Payload)); err != nil {
 			return n, err
 		}
 	}
@@ -217,6 +218,11 @@ func (s *Sender) TrySendRun(msgs []Message) (int, error) {
 	return len(msgs), nil
 }
 
+// maxPayload is the largest payload a window of cfg takes: the window keeps
+// each message with its wire head (timestamp delta and length), which
+// counts against its bytes.
+func maxPayload(cfg window.Config) int { return cfg.MaxBytes - MaxMessageHead }
+
 // closedErrLocked is why a closed channel refuses messages: its own fault,
 // the peer's refusal of this node, or ErrClosed. The caller holds ch.mu.
 func (ch *channel) closedErrLocked() error {
@@ -230,13 +236,13 @@ func (ch *channel) closedErrLocked() error {
 }
 
 // waitCredit blocks until credit may have been freed.
-func (ch *channel) waitCredit(ctx context.Context, size int) error {
+func (ch *channel) waitCredit(ctx context.Context, ts int64, size int) error {
 	p := ch.peer
 	w1, w2 := ch.credit.wait(), p.budget.wait()
 	defer ch.credit.done()
 	defer p.budget.done()
 	ch.mu.Lock()
-	cost, ok := ch.mu.src.PushCost(size)
+	cost, ok := ch.mu.src.PushCost(ts, size)
 	budgetShort := ok && cost > 0 && !p.fits(int64(cost))
 	ok = ch.mu.closed || (ok && !budgetShort)
 	ch.mu.Unlock()

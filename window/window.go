@@ -90,7 +90,8 @@ type Config struct {
 	// MaxMessages is the window in messages: at most this many messages are
 	// retained (sent or not, but not yet acknowledged). Default 4096.
 	MaxMessages int
-	// MaxBytes is the window in payload bytes. A single payload larger than
+	// MaxBytes is the window in payload bytes (with the heads of messages
+	// pushed with [Sender.PushHead]). A single payload larger than
 	// MaxBytes is rejected with [ErrTooLarge]. Default 1 MiB.
 	MaxBytes int
 	// AckRequestShare is the share of the window (in messages or in bytes,
@@ -138,13 +139,15 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// record is one retained message: its timestamp and where its payload lies in
-// the byte ring.
+// record is one retained message: its timestamp and where it lies in the
+// byte ring: n bytes from off, of which the first head are the caller's
+// head (see [Sender.PushHead]) and the rest its payload.
 type record struct {
-	ts  int64
-	end uint64 // stream offset just past this payload: bytes pushed up to and including it
-	off uint32
-	n   uint32
+	ts   int64
+	end  uint64 // stream offset just past this message: bytes pushed up to and including it
+	off  uint32
+	n    uint32
+	head uint32
 }
 
 // Initial ring sizes; both rings are allocated at the first Push and double
@@ -177,8 +180,8 @@ type Sender struct {
 	btail    int    // where the next payload is written
 	wrapped  bool   // live data is [bhead, end of ring) and [0, btail)
 	wrapSeq  uint64 // while wrapped: the first seq stored at the front of the ring
-	payBytes int    // sum of retained payload lengths
-	pushed   uint64 // total payload bytes ever pushed: the stream offset of NextSeq
+	payBytes int    // sum of retained message lengths (heads and payloads)
+	pushed   uint64 // total bytes ever pushed: the stream offset of NextSeq
 
 	// Ring shrinking: acks that emptied the window since the last look, and
 	// the most retained in that time.
@@ -242,7 +245,8 @@ func (s *Sender) SentHigh() uint64 { return s.sentHigh }
 func (s *Sender) Unsent() int { return int(s.nextSeq - s.nextToSend) }
 
 // Retained returns the number of retained messages and the sum of their
-// payload lengths.
+// payload lengths (with their heads, for messages pushed with
+// [Sender.PushHead]).
 func (s *Sender) Retained() (msgs, bytes int) { return int(s.nextSeq - s.acked), s.payBytes }
 
 // InFlight returns the number of messages sent at least once but not yet
@@ -307,7 +311,18 @@ func (s *Sender) place(n int) (off int, ok bool) {
 // if the window has no room for it now, and [ErrSeqExhausted] once the
 // sequence numbers run out.
 func (s *Sender) Push(ts int64, payload []byte) (seq uint64, err error) {
-	n := len(payload)
+	return s.PushHead(ts, nil, payload)
+}
+
+// PushHead is [Sender.Push] for a message kept with a head of the caller's
+// in front of its payload, stored together so that [Sender.AppendStored]
+// copies whole messages as they will go out (a transport keeps them in
+// their wire encoding this way, and a batch is then one copy per run).
+// Head and payload both count against byte credit: len(head)+len(payload)
+// is the size [Sender.PushCost] and Config.MaxBytes refer to.
+// [Sender.Message] returns the payload alone.
+func (s *Sender) PushHead(ts int64, head, payload []byte) (seq uint64, err error) {
+	n := len(head) + len(payload)
 	if n > s.cfg.MaxBytes {
 		return 0, ErrTooLarge
 	}
@@ -334,10 +349,11 @@ func (s *Sender) Push(ts int64, payload []byte) (seq uint64, err error) {
 	if off == 0 && s.btail != 0 && !s.wrapped && s.nextSeq != s.acked {
 		s.wrapped, s.wrapSeq = true, s.nextSeq
 	}
-	copy(s.buf[off:off+n], payload)
+	copy(s.buf[off+len(head):off+n], payload)
+	copy(s.buf[off:], head)
 	s.btail = off + n
 	s.pushed += uint64(n)
-	s.recs[s.nextSeq&s.mask] = record{ts: ts, end: s.pushed, off: uint32(off), n: uint32(n)}
+	s.recs[s.nextSeq&s.mask] = record{ts: ts, end: s.pushed, off: uint32(off), n: uint32(n), head: uint32(len(head))}
 	s.payBytes += n
 	seq = s.nextSeq
 	s.nextSeq++
@@ -410,10 +426,55 @@ func (s *Sender) Message(seq uint64) (ts int64, payload []byte) {
 		return 0, nil
 	}
 	r := &s.recs[seq&s.mask]
-	if r.n == 0 {
+	if r.n == r.head {
 		return r.ts, emptyPayload
 	}
-	return r.ts, s.buf[r.off : r.off+r.n : r.off+r.n]
+	return r.ts, s.buf[r.off+r.head : r.off+r.n : r.off+r.n]
+}
+
+// Stored returns a retained message as it is stored, its head (see
+// [Sender.PushHead]) and payload together, or nil for a seq that is not
+// retained. It aliases the ring as Message's payload does.
+func (s *Sender) Stored(seq uint64) []byte {
+	if seq < s.acked || seq >= s.nextSeq {
+		return nil
+	}
+	r := &s.recs[seq&s.mask]
+	return s.buf[r.off : r.off+r.n : r.off+r.n]
+}
+
+// StoredLen is the number of bytes the k retained messages from seq take
+// as stored (heads and payloads), what [Sender.AppendStored] appends. It
+// panics unless Acked() <= seq and seq+k <= NextSeq().
+func (s *Sender) StoredLen(seq uint64, k int) int {
+	s.checkRange(seq, k)
+	return int(s.streamOffset(seq+uint64(k)) - s.streamOffset(seq))
+}
+
+// AppendStored appends the k retained messages from seq to dst as they are
+// stored, heads and payloads, in order, and returns the extended slice: one
+// copy, or two where the ring wraps. It panics unless Acked() <= seq and
+// seq+k <= NextSeq().
+func (s *Sender) AppendStored(dst []byte, seq uint64, k int) []byte {
+	s.checkRange(seq, k)
+	if k == 0 {
+		return dst
+	}
+	last := seq + uint64(k) - 1
+	if s.wrapped && seq < s.wrapSeq && last >= s.wrapSeq {
+		// [seq, wrapSeq) lie at the back of the ring, the rest from its front.
+		back := &s.recs[(s.wrapSeq-1)&s.mask]
+		dst = append(dst, s.buf[s.recs[seq&s.mask].off:back.off+back.n]...)
+		seq = s.wrapSeq
+	}
+	first, end := &s.recs[seq&s.mask], &s.recs[last&s.mask]
+	return append(dst, s.buf[first.off:end.off+end.n]...)
+}
+
+func (s *Sender) checkRange(seq uint64, k int) {
+	if seq < s.acked || k < 0 || uint64(k) > s.nextSeq-seq {
+		panic(fmt.Sprintf("window: %d messages from %d, outside the retained [%d, %d)", k, seq, s.acked, s.nextSeq))
+	}
 }
 
 // MarkSent records that every message below through has been written:

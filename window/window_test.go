@@ -316,7 +316,8 @@ type modelRun struct {
 	cfg      Config
 	s        *Sender
 	pool     []byte
-	model    map[uint64][]byte
+	model    map[uint64][]byte // payloads
+	heads    map[uint64][]byte // heads of messages pushed with PushHead
 	sentHigh uint64
 	shared   *Pool // the Senders' pool, if any
 }
@@ -325,7 +326,7 @@ func newModelRun(t *testing.T, seed int, rng *rand.Rand) *modelRun {
 	cfg := smallConfig(1+rng.IntN(64), 1+rng.IntN(4096))
 	first := rng.Uint64() >> 1
 	m := &modelRun{t: t, seed: seed, rng: rng, cfg: cfg, s: NewSender(cfg, first),
-		pool: make([]byte, 2*cfg.MaxBytes+2), model: map[uint64][]byte{}, sentHigh: first}
+		pool: make([]byte, 2*cfg.MaxBytes+2), model: map[uint64][]byte{}, heads: map[uint64][]byte{}, sentHigh: first}
 	for i := range m.pool {
 		m.pool[i] = byte(rng.Uint32())
 	}
@@ -343,11 +344,17 @@ func (m *modelRun) step(step int) {
 		}
 		o := rng.IntN(len(m.pool) - n + 1)
 		p := m.pool[o : o+n : o+n] // never modified: the model may alias it
+		var head []byte
+		if rng.IntN(2) == 0 {
+			hn := rng.IntN(16)
+			o := rng.IntN(len(m.pool) - hn + 1)
+			head = m.pool[o : o+hn : o+hn]
+		}
 		msgs, b := s.Retained()
-		credit := s.HasCredit(n)
-		cost, costOK := s.PushCost(n)
+		credit := s.HasCredit(len(head) + n)
+		cost, costOK := s.PushCost(len(head) + n)
 		fp := s.Footprint()
-		seq, err := s.Push(int64(step), p)
+		seq, err := s.PushHead(int64(step), head, p)
 		if credit != (err == nil) || costOK != credit {
 			t.Fatalf("seed %d: HasCredit(%d) = %v, PushCost ok = %v, but Push err = %v", seed, n, credit, costOK, err)
 		}
@@ -358,8 +365,8 @@ func (m *modelRun) step(step int) {
 			if seq != s.NextSeq()-1 {
 				t.Fatalf("seed %d: Push gave seq %d, NextSeq is now %d", seed, seq, s.NextSeq())
 			}
-			model[seq] = p
-		} else if msgs < cfg.MaxMessages && b+n <= cfg.MaxBytes && msgs == 0 {
+			model[seq], m.heads[seq] = p, head
+		} else if msgs < cfg.MaxMessages && b+len(head)+n <= cfg.MaxBytes && msgs == 0 {
 			t.Fatalf("seed %d: an empty window refused %d bytes: %v", seed, n, err)
 		}
 	case r < 7:
@@ -376,6 +383,7 @@ func (m *modelRun) step(step int) {
 		}
 		for seq := next - uint64(freed); seq < next; seq++ {
 			delete(model, seq)
+			delete(m.heads, seq)
 		}
 	case r < 10:
 		to := s.Acked() + uint64(rng.IntN(int(s.NextToSend()-s.Acked())+1))
@@ -404,10 +412,27 @@ func (m *modelRun) step(step int) {
 		if !bytes.Equal(p, model[seq]) {
 			t.Fatalf("seed %d step %d: Message(%d) = %x, want %x", seed, step, seq, p, model[seq])
 		}
-		sum += len(p)
+		stored := append(append([]byte{}, m.heads[seq]...), model[seq]...)
+		if got := s.Stored(seq); !bytes.Equal(got, stored) {
+			t.Fatalf("seed %d step %d: Stored(%d) = %x, want %x", seed, step, seq, got, stored)
+		}
+		sum += len(stored)
 	}
 	if sum != b {
-		t.Fatalf("seed %d: retained bytes %d, payloads sum to %d", seed, b, sum)
+		t.Fatalf("seed %d: retained bytes %d, heads and payloads sum to %d", seed, b, sum)
+	}
+	if msgs > 0 {
+		// A run of stored messages from anywhere, across the ring's wrap.
+		from := s.Acked() + uint64(rng.IntN(msgs))
+		k := rng.IntN(int(s.NextSeq()-from) + 1)
+		var want []byte
+		for seq := from; seq < from+uint64(k); seq++ {
+			want = append(append(want, m.heads[seq]...), model[seq]...)
+		}
+		got := s.AppendStored([]byte("x"), from, k)
+		if !bytes.Equal(got[1:], want) || got[0] != 'x' || s.StoredLen(from, k) != len(want) {
+			t.Fatalf("seed %d step %d: AppendStored(%d, %d) = %d bytes, StoredLen %d, want %d bytes", seed, step, from, k, len(got)-1, s.StoredLen(from, k), len(want))
+		}
 	}
 	if m.shared != nil && m.shared.Held() > m.shared.max {
 		t.Fatalf("seed %d step %d: the pool holds %d bytes, over its bound %d", seed, step, m.shared.Held(), m.shared.max)

@@ -55,16 +55,43 @@ func RunHeaderLen(h RunHeader) int {
 // and the payload. Deltas wrap around like int64 arithmetic, so any pair of
 // timestamps is representable; close timestamps cost one byte.
 func AppendMessage(dst []byte, prevTs, ts int64, payload []byte) []byte {
-	dst = appendSvarint(dst, ts-prevTs)
-	dst = appendUvarint(dst, uint64(len(payload)))
-	return append(dst, payload...)
+	return append(AppendMessageHead(dst, prevTs, ts, len(payload)), payload...)
 }
 
 // MessageLen is the number of bytes [AppendMessage] writes for a message of
 // payloadLen bytes with timestamp ts after prevTs. A batcher uses it to decide
 // whether a message still fits before appending it.
 func MessageLen(prevTs, ts int64, payloadLen int) int {
-	return uvarintLen(zigzag(ts-prevTs)) + uvarintLen(uint64(payloadLen)) + payloadLen
+	return MessageHeadLen(prevTs, ts, payloadLen) + payloadLen
+}
+
+// MaxMessageHeadLen is the most bytes a message's head (its timestamp delta
+// and payload length, what [AppendMessage] writes before the payload) takes
+// for a payload shorter than 4 GiB.
+const MaxMessageHeadLen = 10 + 5
+
+// AppendMessageHead appends what [AppendMessage] writes before the payload:
+// the timestamp delta from prevTs and the payload length. A sender that
+// keeps messages encoded (head and payload together, ready to be copied
+// into a run as they are) writes the head once, when the message is made.
+func AppendMessageHead(dst []byte, prevTs, ts int64, payloadLen int) []byte {
+	dst = appendSvarint(dst, ts-prevTs)
+	return appendUvarint(dst, uint64(payloadLen))
+}
+
+// MessageHeadLen is the number of bytes [AppendMessageHead] writes.
+func MessageHeadLen(prevTs, ts int64, payloadLen int) int {
+	return uvarintLen(zigzag(ts-prevTs)) + uvarintLen(uint64(payloadLen))
+}
+
+// MessageDelta returns the timestamp delta at the start of an encoded
+// message (what [AppendMessage] or [AppendMessageHead] wrote), and false if b
+// does not start with a well-formed one. A sender that re-sends encoded
+// messages from the middle of a stream sets the run's BaseTs to the first
+// message's timestamp minus its delta.
+func MessageDelta(b []byte) (int64, bool) {
+	d, next := svarint(b, 0)
+	return d, next > 0
 }
 
 // DataReader walks the runs and messages of one DATA body in place, without

@@ -1,9 +1,11 @@
 package wire
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -218,4 +220,51 @@ func ExampleDataReader() {
 	// channel 1 seq 10 ts 1000 hello
 	// channel 1 seq 11 ts 1050 world
 	// channel 2 seq 0 ts 999 !
+}
+
+// A message kept encoded (head written once, payload after it) reads back
+// as AppendMessage's, and a run may start at any such message with BaseTs
+// set from its delta.
+func TestEncodedMessagesStartARunAnywhere(t *testing.T) {
+	ts := []int64{-5, 0, 1 << 40, 1<<40 + 7, math.MinInt64, math.MaxInt64, 3}
+	var stored [][]byte
+	prev := int64(0)
+	for i, v := range ts {
+		payload := bytes.Repeat([]byte{byte(i)}, i*50)
+		m := AppendMessageHead(nil, prev, v, len(payload))
+		if len(m) != MessageHeadLen(prev, v, len(payload)) || len(m) > MaxMessageHeadLen {
+			t.Fatalf("message %d: head of %d bytes, MessageHeadLen %d", i, len(m), MessageHeadLen(prev, v, len(payload)))
+		}
+		m = append(m, payload...)
+		if want := AppendMessage(nil, prev, v, payload); !bytes.Equal(m, want) {
+			t.Fatalf("message %d: head+payload % x, AppendMessage % x", i, m, want)
+		}
+		stored = append(stored, m)
+		prev = v
+	}
+	for first := range ts {
+		d, ok := MessageDelta(stored[first])
+		if !ok {
+			t.Fatalf("message %d: no delta", first)
+		}
+		h := RunHeader{Channel: 1, FirstSeq: uint64(first), Count: len(ts) - first, BaseTs: ts[first] - d}
+		body := AppendRunHeader(nil, h)
+		for _, m := range stored[first:] {
+			body = append(body, m...)
+		}
+		var r DataReader
+		r.Reset(body)
+		msgs, _, err := r.ReadRun(nil)
+		if err != nil || len(msgs) != len(ts)-first {
+			t.Fatalf("run from %d: %d messages, %v", first, len(msgs), err)
+		}
+		for i, m := range msgs {
+			if m.Ts != ts[first+i] || len(m.Payload) != (first+i)*50 {
+				t.Fatalf("run from %d, message %d: ts %d len %d, want %d %d", first, i, m.Ts, len(m.Payload), ts[first+i], (first+i)*50)
+			}
+		}
+	}
+	if _, ok := MessageDelta([]byte{0x80}); ok {
+		t.Error("MessageDelta accepted a truncated varint")
+	}
 }

@@ -16,6 +16,8 @@
 package flow
 
 import (
+	"sort"
+
 	"github.com/sluicehq/sluice/lossdetect"
 	"github.com/sluicehq/sluice/window"
 	"github.com/sluicehq/sluice/wire"
@@ -59,6 +61,11 @@ type Source struct {
 	openPending bool // attached: the next Fill hands out the OPEN first
 	invalid     bool // an Invalid verdict: nothing more is sent
 
+	// lastTs is the timestamp of the message pushed last, from which the
+	// next one's delta is encoded; head is scratch for that encoding.
+	lastTs int64
+	head   [wire.MaxMessageHeadLen]byte
+
 	bytes, resent uint64                  // payload bytes pushed; messages written again
 	lastResent    int                     // scratch of Effects.Resent
 	reqs          []lossdetect.AckRequest // scratch of Effects.Requests
@@ -98,19 +105,26 @@ func (s *Source) Attached() bool { return s.attached }
 // Invalid verdict.
 func (s *Source) live() bool { return s.attached && !s.invalid }
 
-// PushCost returns the window memory a Push of size bytes would add, and
-// whether the window has credit for it.
-func (s *Source) PushCost(size int) (cost int, ok bool) { return s.win.PushCost(size) }
+// PushCost returns the window memory a Push of a payload of size bytes
+// with timestamp ts would add, and whether the window has credit for it.
+func (s *Source) PushCost(ts int64, size int) (cost int, ok bool) {
+	return s.win.PushCost(wire.MessageHeadLen(s.lastTs, ts, size) + size)
+}
 
-// Push retains one message. It fails with window.ErrNoCredit when the
-// window is full and window.ErrTooLarge when the payload can never fit; the
-// payload is copied.
-func (s *Source) Push(ts int64, payload []byte) error {
-	_, err := s.win.Push(ts, payload)
-	if err == nil {
-		s.bytes += uint64(len(payload))
+// Push retains one message, in its wire encoding (the timestamp delta from
+// the message before it, the length, the payload), so that Fill copies
+// runs of messages as they are. It returns the bytes the message takes
+// in the window, at most len(payload)+wire.MaxMessageHeadLen. It fails with
+// window.ErrNoCredit when the window is full and window.ErrTooLarge when the
+// message can never fit; the payload is copied.
+func (s *Source) Push(ts int64, payload []byte) (stored int, err error) {
+	head := wire.AppendMessageHead(s.head[:0], s.lastTs, ts, len(payload))
+	if _, err := s.win.PushHead(ts, head, payload); err != nil {
+		return 0, err
 	}
-	return err
+	s.lastTs = ts
+	s.bytes += uint64(len(payload))
+	return len(head) + len(payload), nil
 }
 
 // Ready reports whether the channel has messages to write and may write
@@ -140,7 +154,8 @@ func (s *Source) Trim() int { return s.win.Trim() }
 // Fill appends to dst the run of channel num's unsent messages that fits in
 // room bytes of a DATA body. A batch with nothing in it yet (force) takes at
 // least one message, however large. It returns the extended dst, the
-// messages and payload bytes taken, and whether unsent messages remain; the
+// messages and their bytes as Push counted them, and whether unsent
+// messages remain; the
 // OPEN (first, after Attach) and ACKREQUESTs due are in the effects, to be
 // written after the data.
 func (s *Source) Fill(now int64, dst []byte, num uint32, room int, force bool) (out []byte, n, bytes int, more bool, e Effects) {
@@ -164,22 +179,19 @@ func (s *Source) fill(now int64, dst []byte, num uint32, room int, force bool) (
 		return dst, 0, 0, false
 	}
 	first := win.NextToSend()
-	baseTs, _ := win.Message(first)
-	h := wire.RunHeader{Channel: num, FirstSeq: first, Count: unsent, BaseTs: baseTs}
-	used := wire.RunHeaderLen(h)
-	prev := baseTs
-	for n < unsent {
-		ts, p := win.Message(first + uint64(n))
-		ml := wire.MessageLen(prev, ts, len(p))
-		if used+ml > room && (n > 0 || !force) {
-			break
-		}
-		used += ml
-		prev = ts
-		n++
-	}
+	// The messages are stored encoded, each timestamp a delta from the one
+	// pushed before it: the run's base is the first message's timestamp
+	// less its delta, wherever the run starts.
+	ts, _ := win.Message(first)
+	delta, _ := wire.MessageDelta(win.Stored(first)) // Push encoded it
+	h := wire.RunHeader{Channel: num, FirstSeq: first, Count: unsent, BaseTs: ts - delta}
+	avail := room - wire.RunHeaderLen(h) // the header of all unsent, at least this run's
+	n = sort.Search(unsent, func(k int) bool { return win.StoredLen(first, k+1) > avail })
 	if n == 0 {
-		return dst, 0, 0, true
+		if !force {
+			return dst, 0, 0, true
+		}
+		n = 1
 	}
 	if high := win.SentHigh(); first < high {
 		r := min(high-first, uint64(n))
@@ -187,14 +199,8 @@ func (s *Source) fill(now int64, dst []byte, num uint32, room int, force bool) (
 		s.lastResent = int(r)
 	}
 	h.Count = n
-	out = wire.AppendRunHeader(dst, h)
-	prev = baseTs
-	for i := range n {
-		ts, p := win.Message(first + uint64(i))
-		out = wire.AppendMessage(out, prev, ts, p)
-		prev = ts
-		bytes += len(p)
-	}
+	out = win.AppendStored(wire.AppendRunHeader(dst, h), first, n)
+	bytes = win.StoredLen(first, n)
 	if req, ok := trk.OnSent(now, first+uint64(n)); ok {
 		s.reqs = append(s.reqs, req)
 	}

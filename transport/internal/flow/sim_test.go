@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -105,6 +106,19 @@ func newProfile(rng *rand.Rand, seed int) profile {
 	return p
 }
 
+// tsFor is message i's timestamp: mostly rising by small steps, now and
+// then jumping far back or far ahead, so that the deltas the window keeps
+// encoded take from one to ten bytes and a run may start after any of them.
+func tsFor(i int) int64 {
+	switch i % 13 {
+	case 5:
+		return math.MinInt64 + int64(i)
+	case 9:
+		return math.MaxInt64 - int64(i)
+	}
+	return int64(i) * 1000
+}
+
 func payloadFor(i, maxPayload int) []byte {
 	h := uint64(i)*0x9E3779B97F4A7C15 + 1
 	b := make([]byte, 8+int(h%uint64(maxPayload)))
@@ -199,11 +213,12 @@ func (s *sim) checkCharge() {
 func (s *sim) pump() {
 	for s.produced < s.p.messages {
 		pl := payloadFor(s.produced, s.p.maxPayload)
-		cost, ok := s.src.PushCost(len(pl))
+		ts := tsFor(s.produced)
+		cost, ok := s.src.PushCost(ts, len(pl))
 		if !ok {
 			break
 		}
-		if err := s.src.Push(int64(s.produced), pl); err != nil {
+		if _, err := s.src.Push(ts, pl); err != nil {
 			s.fail("Push after PushCost said it fits: %v", err)
 		}
 		s.charged += cost
@@ -258,7 +273,7 @@ func (s *sim) sendRun(n int) {
 			s.fail("message %d of the run: %v", i, err)
 		}
 		seq := h.FirstSeq + uint64(i)
-		if m.Ts != int64(seq) || !bytes.Equal(m.Payload, payloadFor(int(seq), s.p.maxPayload)) {
+		if m.Ts != tsFor(int(seq)) || !bytes.Equal(m.Payload, payloadFor(int(seq), s.p.maxPayload)) {
 			s.fail("seq %d went out as ts %d and %d bytes that are not its payload", seq, m.Ts, len(m.Payload))
 		}
 		s.transmit(&pkt{kind: pktData, epoch: 1, seq: seq, payload: bytes.Clone(m.Payload)}, evToTarget) // the batch is reused
