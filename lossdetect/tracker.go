@@ -1,6 +1,7 @@
 package lossdetect
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"time"
@@ -116,6 +117,7 @@ type Tracker struct {
 	w     *window.Sender
 	epoch uint64
 	quiet int64
+	drain int64 // least time between two drain-time requests
 
 	waiting     bool   // reopened: no data until the Open ack
 	openDue     bool   // an OPEN must be sent at the next Tick
@@ -152,6 +154,7 @@ func NewTracker(cfg Config, w *window.Sender, epoch uint64, isNew bool) *Tracker
 		w:       w,
 		epoch:   epoch,
 		quiet:   int64(w.Config().QuietAfter),
+		drain:   int64(cmp.Or(w.Config().DrainEvery, w.Config().QuietAfter)),
 		waiting: !isNew,
 		openDue: true,
 		rto:     int64(cfg.InitialAckTimeout),
@@ -245,10 +248,11 @@ func (t *Tracker) OnSent(now int64, through uint64) (req AckRequest, ok bool) {
 // timer, and a sparse channel (a message now and then, as each of many
 // channels sees) needs no timer at all. At most one request is outstanding,
 // as with every other request, and drain-time requests come at most once per
-// quiet interval (a busy channel drains after nearly every batch; its tail
-// is then left to the quiet timer), so control traffic stays bounded.
+// window.Config.DrainEvery (a busy channel drains after nearly every batch;
+// its tail is then left to the quiet timer), so control traffic stays
+// bounded.
 func (t *Tracker) OnDrained(now int64) (req AckRequest, ok bool) {
-	if t.waiting || t.reqOut || t.w.NextToSend() <= t.w.Acked() || (t.stats.Requests > 0 && now-t.reqAt < t.quiet) {
+	if t.waiting || t.reqOut || t.w.NextToSend() <= t.w.Acked() || (t.stats.Requests > 0 && now-t.reqAt < t.drain) {
 		return AckRequest{}, false
 	}
 	return t.request(now), true

@@ -24,7 +24,12 @@ func testConfig() Config {
 func newTestTracker(t *testing.T, isNew bool) (*Tracker, *window.Sender) {
 	t.Helper()
 	wc := window.DefaultConfig()
-	wc.MaxMessages, wc.MaxBytes, wc.QuietAfter = 8, 1000, 100*time.Microsecond
+	wc.MaxMessages, wc.MaxBytes, wc.QuietAfter, wc.DrainEvery = 8, 1000, 100*time.Microsecond, 300*time.Microsecond
+	return newTestTrackerWith(t, wc, isNew)
+}
+
+func newTestTrackerWith(t *testing.T, wc window.Config, isNew bool) (*Tracker, *window.Sender) {
+	t.Helper()
 	w := window.NewSender(wc, 100)
 	tr := NewTracker(testConfig(), w, 7, isNew)
 	return tr, w
@@ -176,7 +181,7 @@ func TestOnSentRequestsAfterAShareOfTheWindow(t *testing.T) {
 }
 
 func TestOnDrainedRequestsTheTailOnceWhenNoneIsOutstanding(t *testing.T) {
-	tr, w := newTestTracker(t, false) // quiet after 100µs
+	tr, w := newTestTracker(t, false) // quiet after 100µs, drain requests 300µs apart
 	if _, ok := tr.OnDrained(0); ok {
 		t.Fatal("OnDrained asked before the channel was open")
 	}
@@ -201,18 +206,21 @@ func TestOnDrainedRequestsTheTailOnceWhenNoneIsOutstanding(t *testing.T) {
 		t.Fatalf("ack: %+v", out)
 	}
 	// The answer covered one message; the second is unacknowledged, but the
-	// last request went out less than a quiet interval ago: the quiet timer
-	// will ask.
+	// last request went out less than DrainEvery ago: the quiet timer will
+	// ask.
 	if _, ok := tr.OnDrained(8 * us); ok {
 		t.Fatal("OnDrained asked twice within a quiet interval")
 	}
 	if d, ok := tr.NextDeadline(); !ok || d != 5*us+100*us {
 		t.Fatalf("NextDeadline = %d, %v; want the quiet deadline %d", d, ok, 105*us)
 	}
-	if req, ok := tr.OnDrained(104 * us); !ok || req.Seq != 102 {
-		t.Fatalf("OnDrained a quiet interval later = %+v, %v; want a request for 102", req, ok)
+	if _, ok := tr.OnDrained(104 * us); ok {
+		t.Fatal("OnDrained asked a quiet interval later, within DrainEvery")
 	}
-	tr.OnAck(150*us, Ack{Epoch: 7, ReqSeq: 102, Count: 1, Next: 102})
+	if req, ok := tr.OnDrained(303 * us); !ok || req.Seq != 102 {
+		t.Fatalf("OnDrained DrainEvery later = %+v, %v; want a request for 102", req, ok)
+	}
+	tr.OnAck(350*us, Ack{Epoch: 7, ReqSeq: 102, Count: 1, Next: 102})
 	if _, ok := tr.OnDrained(400 * us); ok {
 		t.Fatal("OnDrained asked with everything acknowledged")
 	}
@@ -499,5 +507,28 @@ func BenchmarkRoundTrip(b *testing.B) {
 				b.Fatalf("ack %+v: %+v", a, out)
 			}
 		}
+	}
+}
+
+// Without DrainEvery, drain-time requests are spaced by QuietAfter.
+func TestOnDrainedIsSpacedByQuietAfterWithoutDrainEvery(t *testing.T) {
+	wc := window.DefaultConfig()
+	wc.MaxMessages, wc.MaxBytes, wc.QuietAfter, wc.DrainEvery = 8, 1000, 100*time.Microsecond, 0
+	tr, w := newTestTrackerWith(t, wc, false)
+	open(t, tr, 0)
+	w.Push(0, []byte("a"))
+	tr.OnSent(10*us, w.NextSeq())
+	req, ok := tr.OnDrained(10 * us)
+	if !ok || req.Seq != 101 {
+		t.Fatalf("first drain: %+v, %v; want a request for 101", req, ok)
+	}
+	tr.OnAck(11*us, Ack{Epoch: 7, ReqSeq: 101, Count: 1, Next: 101})
+	w.Push(0, []byte("b"))
+	tr.OnSent(50*us, w.NextSeq())
+	if _, ok := tr.OnDrained(50 * us); ok {
+		t.Fatal("asked again 40µs after the last request, within QuietAfter")
+	}
+	if req, ok := tr.OnDrained(110 * us); !ok || req.Seq != 102 {
+		t.Fatalf("drain a QuietAfter later: %+v, %v; want a request for 102 (not DrainEvery's default 2ms)", req, ok)
 	}
 }

@@ -102,6 +102,16 @@ type Config struct {
 	// nothing before an AckRequest is sent anyway, so that the tail of a slow
 	// stream is acknowledged. Used by lossdetect.Tracker. Default 200µs.
 	QuietAfter time.Duration
+	// DrainEvery is the least time between two AckRequests sent because
+	// the channel drained (sent everything it had), which is how the tail
+	// of a burst, and a channel that sends now and then, get acknowledged
+	// without a timer. A channel sending at a steady moderate rate drains
+	// after nearly every message; spacing these requests keeps its acks,
+	// and the wake-ups of both sides' loops that each costs, few: on two
+	// cores, 2 ms instead of 200 µs brought a two-process fixed-rate p99
+	// at 100,000 msgs/s from 0.87-1.0 ms to 0.58-0.71 ms and ping-pong p50
+	// from 102-112 µs to 90-92 µs. Zero means QuietAfter. Default 2ms.
+	DrainEvery time.Duration
 }
 
 // DefaultConfig returns the defaults documented on [Config]. They come from
@@ -116,6 +126,7 @@ func DefaultConfig() Config {
 		MaxBytes:        1 << 20,
 		AckRequestShare: 0.25,
 		QuietAfter:      200 * time.Microsecond,
+		DrainEvery:      2 * time.Millisecond,
 	}
 }
 
@@ -135,6 +146,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("window: AckRequestShare must be in (0, 1], got %v", c.AckRequestShare)
 	case c.QuietAfter <= 0:
 		return fmt.Errorf("window: QuietAfter must be > 0, got %v", c.QuietAfter)
+	case c.DrainEvery < 0:
+		return fmt.Errorf("window: DrainEvery must be >= 0, got %v", c.DrainEvery)
 	}
 	return nil
 }
