@@ -6,9 +6,8 @@ import (
 
 // RunHeader introduces a run of Count messages of one channel inside a DATA
 // body. The messages have sequence numbers FirstSeq, FirstSeq+1, ...; the
-// first message's timestamp is BaseTs plus its delta (zero when written by
-// this package's users as intended), and each following timestamp is the
-// previous one plus its delta.
+// first message's timestamp is BaseTs plus its delta, and each following
+// timestamp is the previous one plus its delta.
 type RunHeader struct {
 	Channel  uint32
 	FirstSeq uint64
@@ -30,8 +29,10 @@ const MaxRunHeaderLen = 5 + 10 + 10 + 10
 // AppendRunHeader appends the header of a run to dst, which should be inside
 // a DATA frame started with [BeginFrame], and returns the extended slice.
 // Exactly h.Count messages must follow, written with [AppendMessage], the
-// first with prevTs = h.BaseTs. Encoders should set BaseTs to the first
-// message's timestamp, so its delta is 0 and costs one byte. It panics if
+// first with prevTs = h.BaseTs: BaseTs may be the first message's
+// timestamp (its delta is then 0, one byte), or, for messages encoded ahead
+// of time against the message before them, that message's timestamp
+// ([MessageDelta]). It panics if
 // h.Count < 1: a run of no messages is malformed and a peer would close the
 // connection over it.
 func AppendRunHeader(dst []byte, h RunHeader) []byte {

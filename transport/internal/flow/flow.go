@@ -155,9 +155,8 @@ func (s *Source) Trim() int { return s.win.Trim() }
 // room bytes of a DATA body. A batch with nothing in it yet (force) takes at
 // least one message, however large. It returns the extended dst, the
 // messages and their bytes as Push counted them, and whether unsent
-// messages remain; the
-// OPEN (first, after Attach) and ACKREQUESTs due are in the effects, to be
-// written after the data.
+// messages remain; the OPEN (first, after Attach) and ACKREQUESTs due are
+// in the effects, to be written after the data.
 func (s *Source) Fill(now int64, dst []byte, num uint32, room int, force bool) (out []byte, n, bytes int, more bool, e Effects) {
 	s.reqs, s.lastResent = s.reqs[:0], 0
 	out, n, bytes, more = s.fill(now, dst, num, room, force)
