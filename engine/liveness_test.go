@@ -234,3 +234,45 @@ func runSummed(t *testing.T, c *engine.Coordinator, n uint64) *engine.Result {
 	}
 	return res
 }
+
+// TestAWorkerThatCannotStartAGenerationFailsTheRun: a task that cannot be
+// created (here on the first restart after a crash) makes the worker's
+// Start fail part-way, before the generation's ticker runs. The run must end
+// with that error; Start used to wait for the ticker that never started, and
+// the run hung (found by TestRecoveryToACheckpointOlderThanTheLastCommit...,
+// whose restore failed that way on a loaded machine).
+func TestAWorkerThatCannotStartAGenerationFailsTheRun(t *testing.T) {
+	errNoTask := errors.New("this task cannot be made again")
+	var made atomic.Int32
+	job := &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
+				return &jobs.GenSource{Size: 24, Limit: 100000}, nil
+			}},
+			{Name: "sum", Parallelism: 1, NewTask: func(int) (engine.Task, error) {
+				// Start makes each task twice (the task and its checkpoint
+				// copy); the first restart's are refused.
+				if made.Add(1) > 2 {
+					return nil, errNoTask
+				}
+				return &crashAfter{limit: 1000}, nil
+			}},
+		},
+		Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.Hash}},
+	}
+	c, err := engine.NewCoordinator(job, engine.Config{Dir: filepath.Join(t.TempDir(), "data"), NoSync: true,
+		Restart: engine.RestartPolicy{MaxRestarts: 3, Window: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = c.Run(ctx)
+	if made.Load() <= 2 {
+		t.Fatalf("the task was made %d times: no restart was attempted, the test proves nothing", made.Load())
+	}
+	// The error crosses the worker's control interface as text.
+	if err == nil || !strings.Contains(err.Error(), errNoTask.Error()) {
+		t.Fatalf("run ended with %v, want the task's error %q", err, errNoTask)
+	}
+}

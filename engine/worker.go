@@ -193,6 +193,7 @@ type incarnation struct {
 	outs       []*outputs
 	wg         sync.WaitGroup
 	tickerDone chan struct{}
+	ticking    atomic.Bool // tick was started: stop waits for tickerDone
 	running    bool
 }
 
@@ -234,6 +235,7 @@ func (w *Worker) Start(cmd StartCmd) error {
 		restoreTs = cmd.Restore
 	}
 	fail := func(err error) error {
+		w.inc.CompareAndSwap(inc, nil)
 		inc.stop()
 		return err
 	}
@@ -311,6 +313,7 @@ func (w *Worker) Start(cmd StartCmd) error {
 			w.registered[id] = true
 		}
 	}
+	inc.ticking.Store(true)
 	go inc.tick()
 	return nil
 }
@@ -420,7 +423,9 @@ func (inc *incarnation) tick() {
 func (inc *incarnation) stop() {
 	inc.cancel()
 	inc.wg.Wait()
-	<-inc.tickerDone
+	if inc.ticking.Load() {
+		<-inc.tickerDone
+	}
 	for _, t := range inc.tasks {
 		t.mu.Lock()
 		t.stopped = true
