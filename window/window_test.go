@@ -346,7 +346,7 @@ func (m *modelRun) step(step int) {
 		p := m.pool[o : o+n : o+n] // never modified: the model may alias it
 		var head []byte
 		if rng.IntN(2) == 0 {
-			hn := rng.IntN(16)
+			hn := rng.IntN(min(16, len(m.pool)+1)) // the pool is 2*MaxBytes+2 long, 4 bytes at least
 			o := rng.IntN(len(m.pool) - hn + 1)
 			head = m.pool[o : o+hn : o+hn]
 		}
