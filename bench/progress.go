@@ -46,8 +46,8 @@ type Progress struct {
 
 // NewProgress returns a Progress that writes to out (nil discards the lines
 // but still keeps samples), reads the delivered count from delivered, and
-// takes per-second percentiles from rec (nil: p99 is reported as 0). It does
-// not start until [Progress.Start].
+// takes per-second percentiles from rec (nil: the lines have no p99 and the
+// samples' is 0). It does not start until [Progress.Start].
 func NewProgress(out io.Writer, delivered *atomic.Int64, rec *Recorder) *Progress {
 	if out == nil {
 		out = io.Discard
@@ -159,6 +159,10 @@ func (p *Progress) sample(t time.Duration) {
 	p.mu.samples = append(p.mu.samples, s)
 	p.mu.Unlock()
 
-	fmt.Fprintf(p.out, "t=%ds  rate %s msgs/s  p99 %s  delivered %s\n",
-		int64(t.Round(time.Second)/time.Second), si(s.MsgsPerS), duration(s.P99US), grouped(delivered))
+	p99 := ""
+	if p.rec != nil {
+		p99 = "  p99 " + duration(s.P99US)
+	}
+	fmt.Fprintf(p.out, "t=%ds  rate %s msgs/s%s  delivered %s\n",
+		int64(t.Round(time.Second)/time.Second), si(s.MsgsPerS), p99, grouped(delivered))
 }

@@ -51,6 +51,19 @@ func TestProgressPrintsOneLinePerSampleWithRateP99AndDelivered(t *testing.T) {
 	}
 }
 
+// Without a recorder (a sender that measures no latency itself) the lines
+// say nothing of a p99 rather than a p99 of 0.
+func TestProgressWithoutARecorderPrintsNoP99(t *testing.T) {
+	var delivered atomic.Int64
+	var out bytes.Buffer
+	p := NewProgress(&out, &delivered, nil)
+	delivered.Store(2_000_000)
+	p.sample(1 * time.Second)
+	if got, want := out.String(), "t=1s  rate 2.00 M msgs/s  delivered 2,000,000\n"; got != want {
+		t.Errorf("printed %q, want %q", got, want)
+	}
+}
+
 func TestProgressRunsOnItsOwnGoroutineUntilStopped(t *testing.T) {
 	var delivered atomic.Int64
 	p := NewProgress(nil, &delivered, nil)

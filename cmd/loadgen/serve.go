@@ -94,6 +94,7 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 		}
 		before := *d
 		var n, bytes int64
+		var lats latencyGroup
 		for _, m := range msgs {
 			if len(m.Payload) < headerLen {
 				continue
@@ -104,10 +105,13 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 			}
 			n++
 			bytes += int64(len(m.Payload))
-			lat := now - intended
-			ss.rec.Record(lat)
-			s.rec.Record(lat)
+			if lat, k := lats.add(now - intended); k > 0 {
+				ss.rec.RecordN(lat, k)
+				s.rec.RecordN(lat, k)
+			}
 		}
+		ss.rec.RecordN(lats.lat, lats.n)
+		s.rec.RecordN(lats.lat, lats.n)
 		dups, gaps := d.Duplicates-before.Duplicates, d.Missing-before.Missing
 		ss.mu.Unlock()
 		ss.delivered.Add(n)
@@ -167,11 +171,18 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"arrives exactly once and in order, and tells each sender what it found.", stderr)
 	listen := fs.String("listen", "127.0.0.1:7400", "address to listen on")
 	consume := fs.Float64("consume-rate", 0, "messages per second consumed at most; 0: no limit")
+	delivery := fs.String("delivery", "auto", deliveryUsage)
 	var sec nodeFlags
 	sec.register(fs)
 	sec.registerMetrics(fs)
 	sec.registerClockOffset(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *consume < 0 {
+		return fmt.Errorf("--consume-rate must not be negative, got %v", *consume)
+	}
+	if err := checkDelivery(*delivery, *consume); err != nil {
 		return err
 	}
 	if err := sec.startMetrics(ctx, stderr); err != nil {
@@ -189,7 +200,11 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	s.node = node
 	defer metricsHub.addNode(node, "serve")()
-	node.HandleAll(s.handler)
+	if inlineDelivery(*delivery, *consume) {
+		node.HandleAllInline(s.handler)
+	} else {
+		node.HandleAll(s.handler)
+	}
 	fmt.Fprintf(stderr, "loadgen serve: listening on %s\n", node.Addr())
 	prog := bench.NewProgress(stderr, &s.delivered, s.rec)
 	prog.Start()
@@ -228,6 +243,22 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *messages < 1 {
 		return fmt.Errorf("--messages must be >= 1, got %d", *messages)
+	}
+	// The transport flags send shares with run that mean nothing here are
+	// refused rather than ignored.
+	var ignored error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "duration":
+			ignored = errors.New("send: --duration is for 'loadgen run'; send is bounded by --messages")
+		case "consume-rate", "delivery":
+			ignored = fmt.Errorf("send: --%s is for the receiving side: give it to 'loadgen serve'", f.Name)
+		case "seed":
+			ignored = errors.New("send: --seed seeds --faults, which send does not take")
+		}
+	})
+	if ignored != nil {
+		return ignored
 	}
 	tc.duration = time.Hour // bounded by --messages
 	if err := tc.validate(); err != nil {
@@ -289,7 +320,11 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	cfg := tc.asMap()
-	delete(cfg, "duration")
+	// What serve decides (how it delivers and consumes) and what send refuses
+	// (a duration, faults) is not this run's to report.
+	for _, k := range []string{"duration", "consume_rate", "delivery", "faults", "seed"} {
+		delete(cfg, k)
+	}
 	cfg["messages"], cfg["to"] = *messages, *to
 	report := bench.NewReport("send", cfg)
 	var confirmed atomic.Int64

@@ -49,8 +49,10 @@ func (c *transportConfig) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the fault generator")
 	fs.Float64Var(&c.consumeRate, "consume-rate", 0, "messages per second the receiving tasks consume at most, over all channels; 0: no limit")
 	fs.IntVar(&c.producers, "producers", 0, "goroutines sending at --rate 0, each to its share of the channels; 0: half the cores (at least one), leaving the rest to the transport's event loops")
-	fs.StringVar(&c.delivery, "delivery", "auto", "how received runs reach the receiving tasks: inline (on the connection's event loop, Node.HandleInline), goroutine (each task's own goroutine, Node.Handle), or auto: inline unless --consume-rate makes the tasks wait")
+	fs.StringVar(&c.delivery, "delivery", "auto", deliveryUsage)
 }
+
+const deliveryUsage = "how received runs reach the receiving tasks: inline (on the connection's event loop, Node.HandleInline), goroutine (each task's own goroutine, Node.Handle), or auto: inline unless --consume-rate makes the tasks wait"
 
 // deliveryName is how the receiving tasks get their runs, for the report.
 func (c *transportConfig) deliveryName() string {
@@ -74,9 +76,24 @@ func (c *transportConfig) producerCount() int {
 
 // inline reports whether the receiving tasks run inline. An empty delivery
 // (a plan from a coordinator) means auto.
-func (c *transportConfig) inline() bool {
-	auto := c.delivery == "auto" || c.delivery == ""
-	return c.delivery == "inline" || (auto && c.consumeRate == 0)
+func (c *transportConfig) inline() bool { return inlineDelivery(c.delivery, c.consumeRate) }
+
+// inlineDelivery reports whether --delivery, with --consume-rate, runs the
+// receiving tasks inline.
+func inlineDelivery(delivery string, consumeRate float64) bool {
+	auto := delivery == "auto" || delivery == ""
+	return delivery == "inline" || (auto && consumeRate == 0)
+}
+
+// checkDelivery checks --delivery and its combination with --consume-rate.
+func checkDelivery(delivery string, consumeRate float64) error {
+	switch {
+	case delivery != "" && delivery != "auto" && delivery != "inline" && delivery != "goroutine":
+		return fmt.Errorf("--delivery must be auto, inline or goroutine, got %q", delivery)
+	case delivery == "inline" && consumeRate > 0:
+		return fmt.Errorf("--delivery inline cannot be combined with --consume-rate: a task limited to a rate waits, and an inline task must never wait")
+	}
+	return nil
 }
 
 func (c *transportConfig) validate() error {
@@ -95,12 +112,8 @@ func (c *transportConfig) validate() error {
 		return fmt.Errorf("--consume-rate must not be negative, got %v", c.consumeRate)
 	case c.producers < 0:
 		return fmt.Errorf("--producers must not be negative, got %d", c.producers)
-	case c.delivery != "" && c.delivery != "auto" && c.delivery != "inline" && c.delivery != "goroutine":
-		return fmt.Errorf("--delivery must be auto, inline or goroutine, got %q", c.delivery)
-	case c.delivery == "inline" && c.consumeRate > 0:
-		return fmt.Errorf("--delivery inline cannot be combined with --consume-rate: a task limited to a rate waits, and an inline task must never wait")
 	}
-	return nil
+	return checkDelivery(c.delivery, c.consumeRate)
 }
 
 // loadConfig is what the senders of this configuration send.
@@ -137,9 +150,7 @@ func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *benc
 	c := &k.chans[ch]
 	dupsBefore, missingBefore := c.Duplicates, c.Missing
 	var gaps, bytes int64
-	// Messages stamped with one clock read and received in one run have
-	// one latency: record each value once with its count.
-	var lat, same int64
+	var lats latencyGroup
 	for _, m := range msgs {
 		p := m.Payload
 		if len(p) < headerLen {
@@ -150,15 +161,12 @@ func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *benc
 		if !c.Observe(seq) {
 			continue
 		}
-		if l := now - intended; l != lat || same == 0 {
-			rec.RecordN(lat, same)
-			lat, same = l, 1
-		} else {
-			same++
+		if lat, n := lats.add(now - intended); n > 0 {
+			rec.RecordN(lat, n)
 		}
 		bytes += int64(len(p))
 	}
-	rec.RecordN(lat, same)
+	rec.RecordN(lats.lat, lats.n)
 	dups := c.Duplicates - dupsBefore
 	gaps += c.Missing - missingBefore
 	k.delivered.Add(int64(len(msgs)) - dups)
@@ -169,6 +177,27 @@ func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *benc
 	if gaps > 0 {
 		k.gaps.Add(gaps)
 	}
+}
+
+// latencyGroup groups the latencies of one received run for a Recorder:
+// messages stamped with one clock read (loadgen's producers read it once
+// per 64 messages) and received in one run have one latency, recorded once
+// with its count rather than once per message.
+type latencyGroup struct {
+	lat, n int64 // the group being counted; n is 0 before the first add
+}
+
+// add counts a message of latency lat. When lat ends the group being
+// counted, add returns that group's latency and count (n 0 otherwise); the
+// last group is left in the fields for the caller to record.
+func (g *latencyGroup) add(lat int64) (prev, n int64) {
+	if lat == g.lat && g.n > 0 {
+		g.n++
+		return 0, 0
+	}
+	prev, n = g.lat, g.n
+	g.lat, g.n = lat, 1
+	return prev, n
 }
 
 // runTransport runs two nodes in this process over loopback and sends

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"io"
 	"runtime"
@@ -177,5 +178,29 @@ func TestTransportRunMarksThePartitionOnItsTimeline(t *testing.T) {
 	}
 	if !strings.Contains(svg.String(), ">partition<") || !strings.Contains(svg.String(), ">heal<") {
 		t.Error("timeline.svg does not label the partition and its heal")
+	}
+}
+
+// send refuses the transport flags that belong to run or to serve rather
+// than ignoring them, and serve checks its delivery flags as run does.
+func TestServeAndSendRefuseFlagsThatAreNotTheirs(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"send", "--duration", "3s"}, "send is bounded by --messages"},
+		{[]string{"send", "--consume-rate", "1000"}, "give it to 'loadgen serve'"},
+		{[]string{"send", "--delivery", "goroutine"}, "give it to 'loadgen serve'"},
+		{[]string{"send", "--seed", "3"}, "--seed seeds --faults"},
+		{[]string{"send", "--faults", "drop=0.1"}, "--faults is for 'loadgen run'"},
+		{[]string{"send", "--messages", "0"}, "--messages must be >= 1"},
+		{[]string{"serve", "--delivery", "inline", "--consume-rate", "10"}, "cannot be combined with --consume-rate"},
+		{[]string{"serve", "--delivery", "sometimes"}, "--delivery must be auto, inline or goroutine"},
+		{[]string{"serve", "--consume-rate", "-1"}, "--consume-rate must not be negative"},
+	} {
+		err := run(context.Background(), c.args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("loadgen %v: error %v, want one saying %q", c.args, err, c.want)
+		}
 	}
 }

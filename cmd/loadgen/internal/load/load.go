@@ -3,8 +3,9 @@
 // strategies that send them over a set of transport.Senders, and the
 // Limiter that holds receiving tasks to a consumption rate.
 //
-// Message i of a run goes on sender i mod len(senders) (MaxRate's producers
-// visit their senders in turn instead). Its payload starts with
+// Message i of a run goes on sender i mod len(senders) (the producers of
+// MaxRate and of Count at no rate visit their senders in turn instead,
+// sending runs of up to 64 to each that has credit). Its payload starts with
 // bench.Stamp's header: the intended send time, in bench.Now nanoseconds
 // plus Config.Shift when set (the receiver's clock offset, so that a
 // receiver on another host reads its latency as its own Now minus the
@@ -17,7 +18,8 @@
 //   - MaxRate: as fast as the senders take messages, for Config.Duration.
 //   - FixedRate: at Config.Rate, message i intended at start+i/rate without
 //     coordinated omission (bench.FixedRate), for Config.Duration.
-//   - Count: exactly n messages, at Config.Rate or as fast as they go.
+//   - Count: exactly n messages, at Config.Rate or as fast as they go (as
+//     MaxRate sends them).
 //   - Each: one Send per message on one sender, as fast as it goes.
 //
 // Each call of a strategy owns its senders until it returns; none is safe
@@ -45,8 +47,9 @@ type Config struct {
 	// Rate is FixedRate's and Count's messages per second over all
 	// senders; Count with 0 sends as fast as the senders take them.
 	Rate float64
-	// Producers is how many goroutines MaxRate sends from, each to its
-	// share of the senders; at most one per sender, at least one.
+	// Producers is how many goroutines MaxRate and Count at no rate send
+	// from, each to its share of the senders; at most one per sender, at
+	// least one.
 	Producers int
 	// Shift, if set, is added to every stamped send time.
 	Shift *atomic.Int64

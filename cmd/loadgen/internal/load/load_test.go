@@ -219,26 +219,57 @@ func TestMaxRateStopsOnCancelAndCountsWhatItSent(t *testing.T) {
 
 func TestCountSendsExactlyN(t *testing.T) {
 	for _, tt := range []struct {
-		name string
-		rate float64
-	}{{"as fast as they go", 0}, {"at a fixed rate", 50000}} {
+		name      string
+		rate      float64
+		producers int
+		n         int64
+	}{
+		{"as fast as they go", 0, 1, 1000},
+		{"as fast as they go, two producers sharing the count", 0, 2, 100_003},
+		{"at a fixed rate", 50000, 1, 1000},
+	} {
 		t.Run(tt.name, func(t *testing.T) {
 			k := &sink{}
 			senders := loopback(t, 3, k)
 			var progress atomic.Int64
-			sent, err := Count(t.Context(), Config{Size: 20, Rate: tt.rate, Sent: &progress}, 1000, senders)
+			sent, err := Count(t.Context(), Config{Size: 20, Rate: tt.rate, Producers: tt.producers, Sent: &progress}, tt.n, senders)
 			if err != nil {
 				t.Fatal(err)
 			}
 			flush(t, senders)
 			chans := k.all()
-			if n := checkSequences(t, chans, 20); sent != 1000 || n != 1000 || progress.Load() != 1000 {
-				t.Fatalf("sent %d, received %d, progress %d; want 1000 each", sent, n, progress.Load())
+			if n := checkSequences(t, chans, 20); sent != tt.n || n != tt.n || progress.Load() != tt.n {
+				t.Fatalf("sent %d, received %d, progress %d; want %d each", sent, n, progress.Load(), tt.n)
+			}
+			if tt.rate == 0 {
+				return // channels take what their credit allows
 			}
 			if len(chans[0]) != 334 || len(chans[1]) != 333 || len(chans[2]) != 333 {
 				t.Errorf("per channel %d, %d, %d; want 334, 333, 333 (round robin)", len(chans[0]), len(chans[1]), len(chans[2]))
 			}
 		})
+	}
+}
+
+// Count as fast as it goes stops when its context ends, says so, and
+// reports what it really sent.
+func TestCountStopsOnCancelAndCountsWhatItSent(t *testing.T) {
+	const stopAt = 20000
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	k := &sink{onCount: func(n int64) {
+		if n >= stopAt {
+			cancel()
+		}
+	}}
+	senders := loopback(t, 2, k)
+	sent, err := Count(ctx, Config{Size: 32, Producers: 2}, math.MaxInt64, senders)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Count cancelled part-way: err %v, want context.Canceled", err)
+	}
+	flush(t, senders)
+	if n := checkSequences(t, k.all(), 32); sent < stopAt || n != sent {
+		t.Fatalf("Count says it sent %d; the receiver got %d; want the same, at least %d", sent, n, stopAt)
 	}
 }
 

@@ -27,24 +27,28 @@ func FixedRate(ctx context.Context, cfg Config, senders []*transport.Sender) (be
 	return d.Run(ctx, src.roundRobin(senders, nil))
 }
 
-// Count sends n messages, message i on sender i mod len(senders), at
-// cfg.Rate (bench.FixedRate on its default clock) or, with no rate, as
-// fast as the senders take them. It returns how many were sent, n unless
-// ctx ended (ctx's error) or a send failed (a *bench.SendError).
+// Count sends n messages: at cfg.Rate, message i on sender i mod
+// len(senders) (bench.FixedRate on its default clock); with no rate, as fast
+// as the senders take them, from cfg.Producers goroutines sending runs as
+// MaxRate's do (a channel with more credit takes more of the n). It returns
+// how many were sent, n unless ctx ended (ctx's error) or a send failed (at
+// a fixed rate a *bench.SendError, else the sender's error).
 func Count(ctx context.Context, cfg Config, n int64, senders []*transport.Sender) (int64, error) {
 	if err := cfg.check(len(senders)); err != nil {
 		return 0, err
 	}
-	src := newPayloads(cfg.Size, len(senders), cfg.Shift)
-	target := src.roundRobin(senders, cfg.Sent)
-	var res bench.Result
-	var err error
 	if cfg.Rate > 0 {
-		res, err = bench.FixedRate{Rate: cfg.Rate, Count: n}.Run(ctx, target)
-	} else {
-		res, err = bench.MaxRate{Count: n}.Run(ctx, target)
+		src := newPayloads(cfg.Size, len(senders), cfg.Shift)
+		res, err := bench.FixedRate{Rate: cfg.Rate, Count: n}.Run(ctx, src.roundRobin(senders, cfg.Sent))
+		return res.Sent, err
 	}
-	return res.Sent, err
+	var budget atomic.Int64
+	budget.Store(n)
+	sent, err := produceAll(ctx, cfg, senders, &budget)
+	if err == nil && sent < n {
+		err = ctx.Err()
+	}
+	return sent, err
 }
 
 // Each sends one message per Send on s, as fast as s takes them, for
@@ -88,13 +92,20 @@ func MaxRate(ctx context.Context, cfg Config, senders []*transport.Sender) (int6
 	if err := cfg.check(len(senders)); err != nil {
 		return 0, err
 	}
+	dctx, cancel := context.WithDeadline(ctx, time.Now().Add(cfg.Duration))
+	defer cancel()
+	return produceAll(dctx, cfg, senders, nil)
+}
+
+// produceAll runs cfg.Producers producers over senders until ctx ends or,
+// when budget is not nil, until they have sent the budget's messages
+// between them. It returns how many they sent.
+func produceAll(ctx context.Context, cfg Config, senders []*transport.Sender, budget *atomic.Int64) (int64, error) {
 	producers := min(len(senders), max(1, cfg.Producers))
 	peer := senders[0].Peer()
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, producers)
-	dctx, cancel := context.WithDeadline(ctx, time.Now().Add(cfg.Duration))
-	defer cancel()
 	for p := range producers {
 		wg.Add(1)
 		go func() {
@@ -103,7 +114,7 @@ func MaxRate(ctx context.Context, cfg Config, senders []*transport.Sender) (int6
 			for i := p; i < len(senders); i += producers {
 				mine = append(mine, i)
 			}
-			n, err := produce(dctx, cfg, peer, senders, mine)
+			n, err := produce(ctx, cfg, peer, senders, mine, budget)
 			total.Add(n)
 			errs[p] = err
 		}()
@@ -112,9 +123,28 @@ func MaxRate(ctx context.Context, cfg Config, senders []*transport.Sender) (int6
 	return total.Load(), errors.Join(errs...)
 }
 
-// produce is one of MaxRate's producers, sending to the senders numbered
-// mine until ctx ends. It returns how many it sent.
-func produce(ctx context.Context, cfg Config, peer *transport.Peer, senders []*transport.Sender, mine []int) (int64, error) {
+// claim takes up to want messages from budget (all want when budget is
+// nil) and returns how many it took.
+func claim(budget *atomic.Int64, want int) int {
+	if budget == nil {
+		return want
+	}
+	for {
+		left := budget.Load()
+		k := min(left, int64(want))
+		if k <= 0 {
+			return 0
+		}
+		if budget.CompareAndSwap(left, left-k) {
+			return int(k)
+		}
+	}
+}
+
+// produce is one of MaxRate's and Count's producers, sending to the senders
+// numbered mine until ctx ends or budget (nil: no limit) runs out. It
+// returns how many it sent.
+func produce(ctx context.Context, cfg Config, peer *transport.Peer, senders []*transport.Sender, mine []int, budget *atomic.Int64) (int64, error) {
 	src := newPayloads(cfg.Size, len(senders), cfg.Shift)
 	run := src.newRun(burst - 1)
 	var n int64
@@ -123,6 +153,10 @@ func produce(ctx context.Context, cfg Config, peer *transport.Peer, senders []*t
 		mark := peer.CreditMark()
 		progressed := false
 		for _, ch := range mine {
+			want := claim(budget, burst)
+			if want == 0 {
+				return n, nil
+			}
 			// The clock is read again once 64 messages and visits have
 			// passed: reading it for each message, or for each of the many
 			// visits that find no credit, cost the producers a tenth of
@@ -135,14 +169,23 @@ func produce(ctx context.Context, cfg Config, peer *transport.Peer, senders []*t
 			k, err := 0, senders[ch].TrySend(now, src.next(ch, now))
 			if err == nil {
 				src.sent(ch, 1)
-				src.stamp(run, ch, now)
-				var more int
-				more, err = senders[ch].TrySendRun(run)
-				src.sent(ch, more)
-				k = 1 + more
+				k = 1
+				if rest := run[:want-1]; len(rest) > 0 {
+					src.stamp(rest, ch, now)
+					var more int
+					more, err = senders[ch].TrySendRun(rest)
+					src.sent(ch, more)
+					k += more
+				}
+			}
+			if budget != nil && k < want {
+				budget.Add(int64(want - k)) // the unsent part goes back for any producer
 			}
 			if err != nil && !errors.Is(err, transport.ErrNoCredit) {
 				return n, err
+			}
+			if k > 0 && cfg.Sent != nil {
+				cfg.Sent.Add(int64(k))
 			}
 			n += int64(k)
 			stamped += k
