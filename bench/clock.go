@@ -35,37 +35,56 @@ type Clock interface {
 }
 
 // RealClock is the [Clock] drivers use by default: [Now], with sleeps that
-// use a timer for all but the last SpinBelow of a wait and yield-spin
-// (runtime.Gosched) through the rest, because timers wake tens of
-// microseconds late. Spinning keeps a core busy; a zero SpinBelow never
-// spins, and a driver at a high rate then sends in bursts instead, which the
-// latency figures show honestly.
+// use a Go timer for the long part of a wait, a kernel sleep for the last
+// KernelBelow of it, and a yield-spin (runtime.Gosched) for the last
+// SpinBelow.
+//
+// A Go timer wakes late by up to a millisecond whenever the process's
+// threads are idle: the runtime then waits for its next timer in
+// epoll_wait, whose timeout is in whole milliseconds, and nothing wakes it
+// sooner. A kernel sleep (on Linux, nanosleep, then runtime.Gosched) wakes
+// about 0.1 ms late (the thread's timer slack and the wake-up), costs a
+// system call and no spinning, and keeps the goroutine's P through it, as
+// any system call does; elsewhere it is a Go timer too. Spinning keeps a
+// core busy. A zero field turns its part off: RealClock{} sleeps on Go
+// timers alone, and a driver at a high rate then sends what fell due in
+// bursts, which its latency figures show honestly.
 type RealClock struct {
-	SpinBelow time.Duration
+	KernelBelow time.Duration
+	SpinBelow   time.Duration
 }
 
 // DefaultSpinBelow is the SpinBelow of the driver's default [RealClock].
 const DefaultSpinBelow = 50 * time.Microsecond
 
+// DefaultKernelBelow is a KernelBelow that covers a Go timer's lateness:
+// on 2-core VMs an idle process's timers woke 1.0-1.1 ms late at p99.
+const DefaultKernelBelow = 2 * time.Millisecond
+
 // Now returns [Now]().
 func (RealClock) Now() int64 { return Now() }
 
-// SleepUntil waits until [Now]() >= t or ctx is done.
+// SleepUntil waits until [Now]() >= t or ctx is done. A kernel sleep is
+// not interrupted by ctx; it lasts less than KernelBelow.
 func (c RealClock) SleepUntil(ctx context.Context, t int64) error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		wait := time.Duration(t - Now())
-		if wait <= 0 {
+		switch {
+		case wait <= 0:
 			return nil
-		}
-		if wait < c.SpinBelow {
+		case wait < c.SpinBelow:
 			runtime.Gosched()
 			continue
+		case wait < c.KernelBelow:
+			// Wake a spin's worth early; the loop spins the rest precisely.
+			kernelSleep(wait - c.SpinBelow)
+			continue
 		}
-		// Wake a spin's worth early; the loop spins the rest precisely.
-		timer := time.NewTimer(wait - c.SpinBelow)
+		// Wake early by what the finer sleeps cover.
+		timer := time.NewTimer(wait - max(c.SpinBelow, c.KernelBelow))
 		select {
 		case <-ctx.Done():
 			timer.Stop()

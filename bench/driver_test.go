@@ -260,14 +260,24 @@ func BenchmarkFixedRateDriverOverhead(b *testing.B) {
 }
 
 func TestRealClockSleepsUntilTheTimeAndHonoursCancellation(t *testing.T) {
-	c := RealClock{SpinBelow: DefaultSpinBelow}
-	target := Now() + int64(200*time.Microsecond)
-	if err := c.SleepUntil(context.Background(), target); err != nil || Now() < target {
-		t.Errorf("woke at %d before %d (%v)", Now(), target, err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := c.SleepUntil(ctx, Now()+int64(time.Hour)); !errors.Is(err, context.Canceled) {
-		t.Errorf("got %v, want context.Canceled", err)
+	for _, c := range []RealClock{
+		{},
+		{SpinBelow: DefaultSpinBelow},
+		{KernelBelow: DefaultKernelBelow},
+		{KernelBelow: DefaultKernelBelow, SpinBelow: DefaultSpinBelow},
+	} {
+		// 3 ms takes the timer and then the finer sleeps; 200 µs the finer
+		// sleeps alone.
+		for _, d := range []time.Duration{200 * time.Microsecond, 3 * time.Millisecond} {
+			target := Now() + int64(d)
+			if err := c.SleepUntil(context.Background(), target); err != nil || Now() < target {
+				t.Errorf("%+v, %v: woke at %d before %d (%v)", c, d, Now(), target, err)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := c.SleepUntil(ctx, Now()+int64(time.Hour)); !errors.Is(err, context.Canceled) {
+			t.Errorf("%+v: got %v, want context.Canceled", c, err)
+		}
 	}
 }

@@ -138,14 +138,15 @@ func benchFixedRate(b *testing.B, rate float64, inline bool, opts []Option) {
 
 // driveFixedRate resets the benchmark's timer and sends b.N messages
 // through send at rate msgs/s, failing the benchmark if a send fails, and
-// reports how far the driver ever fell behind its schedule. Timers only: a
-// driver that spins through the end of each wait (loadgen's default) takes a
-// whole core from the transport on a two-core machine, which shows as tails
-// of several milliseconds here. Timers wake up to a millisecond late; the
-// latency counts that too.
+// reports how far the driver ever fell behind its schedule. It sleeps as
+// loadgen's drivers do, on a Go timer and then in the kernel for the last
+// 2 ms, never spinning: a driver that spins through the end of each wait
+// takes a whole core from the transport on a two-core machine, which shows
+// as tails of several milliseconds here, and Go timers alone wake up to a
+// millisecond late, which the latency would count too.
 func driveFixedRate(ctx context.Context, b *testing.B, rate float64, send bench.Target) {
 	b.ResetTimer()
-	res, err := bench.FixedRate{Rate: rate, Count: int64(b.N), Clock: bench.RealClock{}}.Run(ctx, send)
+	res, err := bench.FixedRate{Rate: rate, Count: int64(b.N), Clock: bench.RealClock{KernelBelow: bench.DefaultKernelBelow}}.Run(ctx, send)
 	if err != nil {
 		b.Fatal(err)
 	}

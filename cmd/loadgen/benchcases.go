@@ -236,7 +236,7 @@ func (b *bencher) tcpFixed(ctx context.Context) error {
 	defer closeConn()
 	msg := load.Payload(b.cfg.size)
 	start := bench.Now()
-	res, err := bench.FixedRate{Rate: b.cfg.rate, Duration: b.cfg.duration, Clock: bench.RealClock{}}.Run(ctx,
+	res, err := bench.FixedRate{Rate: b.cfg.rate, Duration: b.cfg.duration, Clock: load.Clock}.Run(ctx,
 		func(_ context.Context, i, intended int64) error {
 			bench.Stamp(msg, intended, uint64(i))
 			_, err := conn.Write(msg)
@@ -263,7 +263,7 @@ func (b *bencher) tcpFixed(ctx context.Context) error {
 func (b *bencher) driverAlone(ctx context.Context) error {
 	rec := bench.NewRecorder()
 	start := time.Now()
-	res, err := bench.FixedRate{Rate: b.cfg.rate, Duration: b.cfg.duration, Clock: bench.RealClock{}, Recorder: rec}.Run(ctx,
+	res, err := bench.FixedRate{Rate: b.cfg.rate, Duration: b.cfg.duration, Clock: load.Clock, Recorder: rec}.Run(ctx,
 		func(context.Context, int64, int64) error { return nil })
 	if err != nil {
 		return fmt.Errorf("fixed/driver: %w", err)
