@@ -18,8 +18,8 @@ import (
 // timers alone hands messages over up to a millisecond late whenever the
 // process is idle, and that lateness was counted as the transport's. On a
 // 2-core AMD EPYC VM at 100 k msgs/s the driver alone, sending nothing, was
-// 1.08-1.10 ms late at p99 on Go timers and 0.11-0.28 ms with this clock
-// (0.11-0.15 ms in five runs of six).
+// 1.08-1.16 ms late at p99 on Go timers and 0.11-0.19 ms with this clock
+// (0.61 ms once in 24 runs).
 var Clock = bench.RealClock{KernelBelow: bench.DefaultKernelBelow}
 
 // FixedRate sends message i at its intended time start+i/cfg.Rate, on
