@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Re-runs every published figure in results/ on this machine and writes the
 # reports next to this script. Each block is one row of results/README.md;
-# run one by hand to reproduce one figure. Takes about twelve minutes.
+# run one by hand to reproduce one figure. Takes about twelve minutes, and
+# about eighty more for the before/after scripts at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -o /tmp/sluice-loadgen ./cmd/loadgen
@@ -62,3 +63,9 @@ cmp /tmp/sluice-wc-clean.tsv /tmp/sluice-wc-kill1s.tsv
 (cd watermill && for r in 1 2 3; do go run ./cmd/wmbench -n 50000 -lat 5000 -sizes 100,1024; done > ../$out/watermill/wmbench.txt)
 # Issue 16's before/after table (benchstat across three commits, about eight minutes).
 results/structure/reproduce.sh
+# Issue 14's before/after runs, each alternating old and new builds: the
+# window's encoding and spaced acks (about fifteen minutes), loadgen
+# send/serve (about five), the fixed-rate driver's clock (about fifty).
+results/window-and-acks/reproduce.sh
+results/serve-send/reproduce.sh
+results/driver-clock/reproduce.sh

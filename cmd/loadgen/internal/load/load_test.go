@@ -191,29 +191,44 @@ func TestFixedRateStampsItsSchedule(t *testing.T) {
 	}
 }
 
-// MaxRate stops when its context ends, which is not an error, and reports
-// what it really sent: once flushed, the receiver holds exactly that many.
-func TestMaxRateStopsOnCancelAndCountsWhatItSent(t *testing.T) {
-	const stopAt = 20000
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	k := &sink{onCount: func(n int64) {
-		if n >= stopAt {
-			cancel()
-		}
-	}}
-	senders := loopback(t, 4, k)
-	cfg := Config{Size: 32, Duration: time.Hour, Producers: 2}
-	sent, err := MaxRate(ctx, cfg, senders)
-	if err != nil {
-		t.Fatalf("MaxRate after a cancel: %v", err)
-	}
-	if ctx.Err() == nil {
-		t.Fatal("MaxRate returned before its context ended")
-	}
-	flush(t, senders)
-	if n := checkSequences(t, k.all(), 32); sent < stopAt || n != sent {
-		t.Fatalf("MaxRate says it sent %d; the receiver got %d; want the same, at least %d", sent, n, stopAt)
+// MaxRate and Count as fast as they go stop when their context ends (an
+// error for Count, which did not send its n; not for MaxRate) and report
+// what they really sent: once flushed, the receiver holds exactly that many.
+func TestStrategiesStopOnCancelAndCountWhatTheySent(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		run     func(ctx context.Context, senders []*transport.Sender) (int64, error)
+		wantErr error
+	}{
+		{"MaxRate", func(ctx context.Context, senders []*transport.Sender) (int64, error) {
+			return MaxRate(ctx, Config{Size: 32, Duration: time.Hour, Producers: 2}, senders)
+		}, nil},
+		{"Count", func(ctx context.Context, senders []*transport.Sender) (int64, error) {
+			return Count(ctx, Config{Size: 32, Producers: 2}, math.MaxInt64, senders)
+		}, context.Canceled},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			const stopAt = 20000
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			k := &sink{onCount: func(n int64) {
+				if n >= stopAt {
+					cancel()
+				}
+			}}
+			senders := loopback(t, 4, k)
+			sent, err := tt.run(ctx, senders)
+			if !errors.Is(err, tt.wantErr) { // a nil wantErr wants a nil err
+				t.Fatalf("after a cancel: error %v, want %v", err, tt.wantErr)
+			}
+			if ctx.Err() == nil {
+				t.Fatal("returned before its context ended")
+			}
+			flush(t, senders)
+			if n := checkSequences(t, k.all(), 32); sent < stopAt || n != sent {
+				t.Fatalf("says it sent %d; the receiver got %d; want the same, at least %d", sent, n, stopAt)
+			}
+		})
 	}
 }
 
@@ -248,28 +263,6 @@ func TestCountSendsExactlyN(t *testing.T) {
 				t.Errorf("per channel %d, %d, %d; want 334, 333, 333 (round robin)", len(chans[0]), len(chans[1]), len(chans[2]))
 			}
 		})
-	}
-}
-
-// Count as fast as it goes stops when its context ends, says so, and
-// reports what it really sent.
-func TestCountStopsOnCancelAndCountsWhatItSent(t *testing.T) {
-	const stopAt = 20000
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	k := &sink{onCount: func(n int64) {
-		if n >= stopAt {
-			cancel()
-		}
-	}}
-	senders := loopback(t, 2, k)
-	sent, err := Count(ctx, Config{Size: 32, Producers: 2}, math.MaxInt64, senders)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("Count cancelled part-way: err %v, want context.Canceled", err)
-	}
-	flush(t, senders)
-	if n := checkSequences(t, k.all(), 32); sent < stopAt || n != sent {
-		t.Fatalf("Count says it sent %d; the receiver got %d; want the same, at least %d", sent, n, stopAt)
 	}
 }
 
