@@ -4,5 +4,6 @@ package bench
 
 import "time"
 
-// kernelSleep is time.Sleep where Linux's timerfd is not available.
+// kernelSleep is a Go timer's sleep where the nanosleep of sleep_linux.go
+// is not built.
 func kernelSleep(d time.Duration) { time.Sleep(d) }

@@ -36,7 +36,7 @@ func FixedRate(ctx context.Context, cfg Config, senders []*transport.Sender) (be
 }
 
 // Count sends n messages: at cfg.Rate, message i on sender i mod
-// len(senders) (bench.FixedRate on its default clock); with no rate, as fast
+// len(senders) (bench.FixedRate on [Clock]); with no rate, as fast
 // as the senders take them, from cfg.Producers goroutines sending runs as
 // MaxRate's do (a channel with more credit takes more of the n). It returns
 // how many were sent, n unless ctx ended (ctx's error) or a send failed (at
