@@ -23,5 +23,8 @@ func kernelSleep(d time.Duration) {
 		return
 	}
 	ts := syscall.NsecToTimespec(int64(d))
-	_ = syscall.Nanosleep(&ts, nil) // EINTR: an early wake; the caller re-reads the clock
+	// A signal (a profiler's, say) interrupts the sleep: sleep the rest,
+	// which nanosleep leaves in its second argument.
+	for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+	}
 }
