@@ -131,12 +131,9 @@ func produceAll(ctx context.Context, cfg Config, senders []*transport.Sender, bu
 	return total.Load(), errors.Join(errs...)
 }
 
-// claim takes up to want messages from budget (all want when budget is
-// nil) and returns how many it took.
+// claim takes up to want messages from budget and returns how many it
+// took.
 func claim(budget *atomic.Int64, want int) int {
-	if budget == nil {
-		return want
-	}
 	for {
 		left := budget.Load()
 		k := min(left, int64(want))
@@ -156,14 +153,22 @@ func produce(ctx context.Context, cfg Config, peer *transport.Peer, senders []*t
 	src := newPayloads(cfg.Size, len(senders), cfg.Shift)
 	run := src.newRun(burst - 1)
 	var n int64
+	// held is what this producer may still send: a run's worth at every
+	// visit without a budget; with one, messages it claimed and keeps
+	// across visits until sent, so that visits finding no credit touch no
+	// shared counter.
+	held := 0
 	now, stamped := bench.Now(), 0
 	for ctx.Err() == nil {
 		mark := peer.CreditMark()
 		progressed := false
 		for _, ch := range mine {
-			want := claim(budget, burst)
-			if want == 0 {
-				return n, nil
+			if budget == nil {
+				held = burst
+			} else if held == 0 {
+				if held = claim(budget, burst); held == 0 {
+					return n, nil
+				}
 			}
 			// The clock is read again once 64 messages and visits have
 			// passed: reading it for each message, or for each of the many
@@ -178,7 +183,7 @@ func produce(ctx context.Context, cfg Config, peer *transport.Peer, senders []*t
 			if err == nil {
 				src.sent(ch, 1)
 				k = 1
-				if rest := run[:want-1]; len(rest) > 0 {
+				if rest := run[:held-1]; len(rest) > 0 {
 					src.stamp(rest, ch, now)
 					var more int
 					more, err = senders[ch].TrySendRun(rest)
@@ -186,9 +191,7 @@ func produce(ctx context.Context, cfg Config, peer *transport.Peer, senders []*t
 					k += more
 				}
 			}
-			if budget != nil && k < want {
-				budget.Add(int64(want - k)) // the unsent part goes back for any producer
-			}
+			held -= k
 			if err != nil && !errors.Is(err, transport.ErrNoCredit) {
 				return n, err
 			}
