@@ -49,7 +49,8 @@ type Run struct {
 	// PID is the process that received the messages (or echoed them).
 	PID int `json:"pid"`
 	// Figures are the run's measurements by metric name; a name ending in
-	// "_us" is microseconds, "msgs_per_s" messages per second.
+	// "_us" is microseconds, "msgs_per_s" messages per second,
+	// "cpu_ns_per_msg" nanoseconds of CPU time per message.
 	Figures map[string]float64 `json:"figures"`
 	// Sent and Delivery are set by runs that check delivery; ExactlyOnce
 	// is then whether Delivery holds every message sent, once.
@@ -204,6 +205,16 @@ func (s *Scorecard) Figure(ref Ref) (float64, error) {
 	return v, nil
 }
 
+// HasFigures reports whether the scorecard holds every figure refs name.
+func (s *Scorecard) HasFigures(refs ...Ref) bool {
+	for _, r := range refs {
+		if _, err := s.Figure(r); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // Compare adds a row holding fig against base (nil: no baseline) with goal
 // (nil: none). Both values are read from the runs; the ratio and whether the
 // goal was met follow from them.
@@ -251,6 +262,8 @@ func formatFigure(metric string, v float64) string {
 		return duration(v)
 	case metric == "msgs_per_s":
 		return siUnit(v, "msgs/s")
+	case metric == "cpu_ns_per_msg":
+		return sig3(v) + " ns CPU"
 	}
 	return sig3(v)
 }

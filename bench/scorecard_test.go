@@ -117,6 +117,32 @@ func TestScorecardCompare(t *testing.T) {
 	if err := s.AddRun(Run{ID: "a"}); err == nil {
 		t.Error("a second run with the same ID was accepted")
 	}
+	if !s.HasFigures() || !s.HasFigures(Ref{"a", "p99_us"}, Ref{"tcp", "msgs_per_s"}) {
+		t.Error("HasFigures misses figures the runs hold")
+	}
+	for _, missing := range []Ref{{"a", "cpu_ns_per_msg"}, {"nope", "msgs_per_s"}} {
+		if s.HasFigures(Ref{"a", "p99_us"}, missing) {
+			t.Errorf("HasFigures finds %v", missing)
+		}
+	}
+}
+
+func TestFormatFigure(t *testing.T) {
+	for _, tc := range []struct {
+		metric string
+		v      float64
+		want   string
+	}{
+		{"msgs_per_s", 12.5e6, "12.5 Mmsgs/s"},
+		{"p99_us", 250, "250 µs"},
+		{"cpu_ns_per_msg", 168.4, "168 ns CPU"},
+		{"cpu_ns_per_msg", math.Inf(1), "n/a"},
+		{"cpu_cores", 1.234, "1.23"},
+	} {
+		if got := formatFigure(tc.metric, tc.v); got != tc.want {
+			t.Errorf("formatFigure(%q, %v) = %q, want %q", tc.metric, tc.v, got, tc.want)
+		}
+	}
 }
 
 func ptr[T any](v T) *T { return &v }

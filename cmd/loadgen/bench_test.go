@@ -49,7 +49,17 @@ var issue14 = []struct {
 	{"pingpong/default", "p99_us", "pingpong/tcp", &bench.Goal{On: "ratio", Op: "<=", Limit: 4}},
 	{"pingpong/net", "p50_us", "pingpong/tcp", nil},
 	{"pingpong/net", "p99_us", "pingpong/tcp", nil},
+	// Beside them, where process CPU time can be read (Linux): each
+	// throughput case's CPU per message, both ends together.
+	{"tcp-ceiling", "cpu_ns_per_msg", "", nil},
+	{"max-runs/default", "cpu_ns_per_msg", "tcp-ceiling", nil},
+	{"max-send/default", "cpu_ns_per_msg", "tcp-ceiling", nil},
+	{"max-runs/net", "cpu_ns_per_msg", "tcp-ceiling", nil},
+	{"max-send/net", "cpu_ns_per_msg", "tcp-ceiling", nil},
 }
+
+// cpuCases are the runs that measure their CPU time.
+var cpuCases = []string{"tcp-ceiling", "max-runs/default", "max-send/default", "max-runs/net", "max-send/net"}
 
 // checked are the runs whose delivery is checked message by message.
 var checked = []string{"tcp-ceiling", "max-runs/default", "max-runs/net", "max-send/default", "max-send/net",
@@ -214,6 +224,13 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 	if len(sc.Rows) != 2*len(issue14) {
 		t.Errorf("%d rows, want %d", len(sc.Rows), 2*len(issue14))
 	}
+	for _, topo := range []string{"1p/", "2p/"} {
+		for _, id := range cpuCases {
+			if c := figure(topo+id, "cpu_cores"); !(c > 0) {
+				t.Errorf("run %s%s used %v cores", topo, id, c)
+			}
+		}
+	}
 	if sc.Goals != goals || sc.GoalsMet != met {
 		t.Errorf("the scorecard counts %d of %d goals met; its rows say %d of %d", sc.GoalsMet, sc.Goals, met, goals)
 	}
@@ -301,6 +318,53 @@ func TestBenchPeerAnswersBadRequests(t *testing.T) {
 			t.Errorf("answer %d: error %q, want one saying %q", i, r.Err, wantErr[i])
 		}
 	}
+}
+
+// TestBenchCountsCPU runs only the throughput cases, so that they are most
+// of what loadgen bench does, and holds the CPU time they report against
+// what the system says loadgen bench and its second process used in all
+// (waiting for a process counts its waited-for children too): counting a
+// process twice, or in the wrong unit, would exceed it, and missing one
+// would fall well below it.
+func TestBenchCountsCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short mode: builds loadgen and runs 10 cases of 400 ms")
+	}
+	bin := buildLoadgen(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "bench", "--cases", "throughput", "--duration", "400ms", "--out", t.TempDir(), "--json")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("loadgen bench: %v\n%s", err, tail(stderr.Bytes(), 3000))
+	}
+	lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
+	var sc bench.Scorecard
+	if err := json.Unmarshal(lines[len(lines)-1], &sc); err != nil {
+		t.Fatalf("the last line of loadgen bench's output is not the scorecard: %v", err)
+	}
+	var counted time.Duration
+	n := 0
+	for _, r := range sc.Runs {
+		v, ok := r.Figures["cpu_ns_per_msg"]
+		if !ok {
+			continue
+		}
+		n++
+		counted += time.Duration(v * float64(r.Delivery.Delivered))
+	}
+	if n != 2*len(cpuCases) {
+		t.Fatalf("%d runs report their CPU, want %d", n, 2*len(cpuCases))
+	}
+	used := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	// Each case reads one or two processes at its start and end, in steps
+	// of 10 ms.
+	slack := time.Duration(2*2*n) * 10 * time.Millisecond
+	if counted > used+slack || counted < used*17/20 {
+		t.Errorf("the throughput cases counted %v of CPU; loadgen bench and its second process used %v in all", counted, used)
+	}
+	t.Logf("the cases counted %v of the %v used", counted, used)
 }
 
 // In one process every side runs in the test's own process, so the race

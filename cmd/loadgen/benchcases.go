@@ -34,7 +34,7 @@ func (b *bencher) add(r bench.Run) error {
 	r.ID = b.prefix + r.ID
 	r.Topology = b.topo
 	line := fmt.Sprintf("loadgen bench: %s, %s, %s (receiver pid %d):", r.Topology, r.Case, r.Subject, r.PID)
-	for _, k := range []string{"msgs_per_s", "p50_us", "p99_us", "p999_us", "max_lag_us"} {
+	for _, k := range []string{"msgs_per_s", "cpu_ns_per_msg", "cpu_cores", "p50_us", "p99_us", "p999_us", "max_lag_us"} {
 		if v, ok := r.Figures[k]; ok {
 			line += fmt.Sprintf(" %s %.1f", k, v)
 		}
@@ -57,6 +57,57 @@ func deliveryRun(r bench.Run, sent int64, d bench.Delivery, start int64) bench.R
 	}
 	r.Figures["msgs_per_s"] = float64(d.Delivered) / r.DurationS
 	return r
+}
+
+// cpuMeter measures the CPU time a case costs: this process's and, when
+// the receiving side runs in another, that one's too (loadgen bench's
+// second process lives across cases, so each case counts its own share).
+type cpuMeter struct {
+	pids  []int
+	start time.Duration
+	wall  int64
+	err   error
+}
+
+// startCPU starts measuring this process and the side's process sidePID.
+func startCPU(sidePID int) *cpuMeter {
+	m := &cpuMeter{pids: []int{os.Getpid()}}
+	if sidePID != m.pids[0] {
+		m.pids = append(m.pids, sidePID)
+	}
+	m.start, m.err = m.total()
+	m.wall = bench.Now()
+	return m
+}
+
+func (m *cpuMeter) total() (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range m.pids {
+		d, err := bench.ProcessCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
+// figures adds the CPU used since startCPU per message delivered
+// (cpu_ns_per_msg) and in cores (cpu_cores, CPU time over wall time). It
+// adds nothing where process CPU cannot be read (bench.ErrNoProcessCPU),
+// and fails if it could be read at the start and not now.
+func (m *cpuMeter) figures(figures map[string]float64, delivered int64) error {
+	if m.err != nil || delivered <= 0 {
+		return nil
+	}
+	end, err := m.total()
+	if err != nil {
+		return fmt.Errorf("bench: CPU time at the end of the case: %w", err)
+	}
+	cpu := float64(end - m.start)
+	figures["cpu_ns_per_msg"] = cpu / float64(delivered)
+	figures["cpu_cores"] = cpu / float64(max(bench.Now()-m.wall, 1))
+	return nil
 }
 
 // latencyFigures adds a histogram's percentiles to figures.
@@ -105,6 +156,7 @@ func (b *bencher) tcpCeiling(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cpu := startCPU(pid)
 	start := bench.Now()
 	end := start + int64(b.cfg.duration)
 	for {
@@ -127,8 +179,12 @@ func (b *bencher) tcpCeiling(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("plain TCP ceiling: %w", err)
 	}
-	return b.add(deliveryRun(bench.Run{ID: "tcp-ceiling", Case: "throughput, ideal 64 KiB batching", Subject: "plain TCP", PID: pid},
-		w.Sent(), r.Delivery, start))
+	run := deliveryRun(bench.Run{ID: "tcp-ceiling", Case: "throughput, ideal 64 KiB batching", Subject: "plain TCP", PID: pid},
+		w.Sent(), r.Delivery, start)
+	if err := cpu.figures(run.Figures, r.Delivery.Delivered); err != nil {
+		return err
+	}
+	return b.add(run)
 }
 
 // connectNode starts a node of backend be and opens a channel from
@@ -176,6 +232,7 @@ func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error 
 	defer tx.Abort()
 	cfg := transportConfig{size: b.cfg.size, duration: b.cfg.duration, channels: 1, connections: 1, delivery: "auto"}
 	id, what := "max-runs/"+be, "throughput, runs of up to 64 (the transport scenario's producers)"
+	cpu := startCPU(pid)
 	start := bench.Now()
 	var sent int64
 	if runs {
@@ -191,7 +248,11 @@ func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error 
 	if err = errors.Join(err, ferr); err != nil {
 		return fmt.Errorf("%s: %w", id, err)
 	}
-	return b.add(deliveryRun(bench.Run{ID: id, Case: what, Subject: be + " backend", PID: pid}, sent, r.Delivery, start))
+	run := deliveryRun(bench.Run{ID: id, Case: what, Subject: be + " backend", PID: pid}, sent, r.Delivery, start)
+	if err := cpu.figures(run.Figures, r.Delivery.Delivered); err != nil {
+		return err
+	}
+	return b.add(run)
 }
 
 // transportFixed sends at the fixed rate on one channel, as 'loadgen run

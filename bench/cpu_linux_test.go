@@ -1,0 +1,51 @@
+package bench
+
+import (
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// rusageCPU is this process's user plus system CPU time as getrusage says:
+// an account kept apart from /proc's.
+func rusageCPU(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// The CPU a process burns shows in ProcessCPU as it does in getrusage, to
+// within the ticks /proc counts in.
+func TestProcessCPUAgreesWithGetrusage(t *testing.T) {
+	pid := os.Getpid()
+	before, err := ProcessCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ru0 := rusageCPU(t)
+	x := uint64(1)
+	for rusageCPU(t)-ru0 < 300*time.Millisecond {
+		for range 100_000 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	ru := rusageCPU(t) - ru0
+	after, err := ProcessCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after - before; got < ru-30*time.Millisecond || got > ru+30*time.Millisecond {
+		t.Fatalf("ProcessCPU grew by %v while getrusage counted %v (x %d)", got, ru, x)
+	}
+}
+
+func TestProcessCPUNoSuchProcess(t *testing.T) {
+	// Linux pids stay below 2^22 (pid_max's limit).
+	if _, err := ProcessCPU(1 << 30); err == nil {
+		t.Fatal("ProcessCPU of a process that cannot exist succeeded")
+	}
+}
