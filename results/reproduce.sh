@@ -2,7 +2,7 @@
 # Re-runs every published figure in results/ on this machine and writes the
 # reports next to this script. Each block is one row of results/README.md;
 # run one by hand to reproduce one figure. Takes about twelve minutes, and
-# about eighty more for the before/after scripts at the end.
+# about ninety more for the before/after scripts at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -o /tmp/sluice-loadgen ./cmd/loadgen
@@ -65,7 +65,9 @@ cmp /tmp/sluice-wc-clean.tsv /tmp/sluice-wc-kill1s.tsv
 results/structure/reproduce.sh
 # Issue 14's before/after runs, each alternating old and new builds: the
 # window's encoding and spaced acks (about fifteen minutes), loadgen
-# send/serve (about five), the fixed-rate driver's clock (about fifty).
+# send/serve (about five), the fixed-rate driver's clock (about fifty), and
+# CPU per message with the cores used (about eight).
 results/window-and-acks/reproduce.sh
 results/serve-send/reproduce.sh
 results/driver-clock/reproduce.sh
+results/cpu-budget/reproduce.sh
