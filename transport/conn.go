@@ -96,9 +96,13 @@ type conn struct {
 		readyHead int
 		ctrl      []byte // control frames to send with the next batch
 		scheduled bool   // the loop will flush, or a sender writes directly
-		closed    bool
-		outTable  *taskid.Table
-		outByNum  []*channel
+		// reading is set while the loop decodes what arrived (onTraffic),
+		// which flushes when it is done: a flush scheduled meanwhile needs
+		// no wake-up of the loop.
+		reading  bool
+		closed   bool
+		outTable *taskid.Table
+		outByNum []*channel
 		// retired are closed channels' numbers, held back from reuse until
 		// a PONG to a PING sent after their CLOSE shows that no ack for
 		// them can still be on its way.

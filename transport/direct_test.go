@@ -241,3 +241,34 @@ func TestWriteCostIgnoresStallsAndFollowsRealChanges(t *testing.T) {
 		t.Errorf("writes of 50µs took %d writes to raise the average past 40µs, want <= 20", n)
 	}
 }
+
+// What the loop schedules while it reads (here, the PONG that answers a
+// PING) goes out when the read is done, without a wake-up of the loop
+// (Execute: a write to gnet's eventfd and one more turn of the loop); what
+// another goroutine schedules afterwards wakes it as before.
+func TestWhatTheLoopSchedulesWhileReadingGoesOutWithoutAWakeUp(t *testing.T) {
+	c, lk, _ := socketConn(t)
+	c.state.Store(stOpen)
+	defer c.close(context.Canceled)
+	lk.in = wire.AppendPing(nil, 42, 0)
+	if !c.onTraffic() {
+		t.Fatal("the connection closed on a PING")
+	}
+	if lk.executed != 0 {
+		t.Errorf("reading a PING woke the loop %d times", lk.executed)
+	}
+	want := wire.AppendPong(nil, wire.Pong{Value: 42})
+	if !bytes.Equal(lk.wrote, want) {
+		t.Fatalf("the loop wrote %x, want the PONG %x", lk.wrote, want)
+	}
+
+	lk.in, lk.wrote = nil, nil
+	c.sendCtrl(func(b []byte) []byte { return wire.AppendPong(b, wire.Pong{Value: 7}) })
+	if lk.executed != 1 || len(lk.wrote) != 0 {
+		t.Fatalf("a frame queued outside a read: %d wake-ups and %d bytes written, want 1 and none yet", lk.executed, len(lk.wrote))
+	}
+	c.flush() // the woken loop
+	if want := wire.AppendPong(nil, wire.Pong{Value: 7}); !bytes.Equal(lk.wrote, want) {
+		t.Fatalf("the woken loop wrote %x, want %x", lk.wrote, want)
+	}
+}

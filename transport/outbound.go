@@ -93,13 +93,16 @@ func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake boo
 // the caller must wake the loop (wake) once it has released c.mu and any
 // lock a flush takes: waking is a system call, and a loop woken while the
 // waker still holds c.mu wakes only to wait for it, then waits again for a
-// thread.
+// thread. While the loop is reading (onTraffic), which flushes when it is
+// done, nobody wakes it: the acks a receiving loop sends and the batches an
+// ack frees on a sending loop are scheduled from the loop itself, and each
+// wake-up was a write to gnet's eventfd and one more turn of the loop.
 func (c *conn) scheduleLocked() (wake bool) {
 	if c.mu.scheduled || c.state.Load() != stOpen {
 		return false
 	}
 	c.mu.scheduled = true
-	return true
+	return !c.mu.reading
 }
 
 // wake makes the loop flush, after scheduleLocked said so.

@@ -13,28 +13,48 @@ import (
 	"github.com/sluicehq/sluice/wire"
 )
 
-// onTraffic decodes everything buffered. It runs on the loop. It reports
-// false when the connection is to be closed (it has recorded why).
+// onTraffic decodes everything buffered and then flushes what that
+// scheduled. It runs on the loop. It reports false when the connection is
+// to be closed (it has recorded why).
 func (c *conn) onTraffic() (keep bool) {
+	c.mu.Lock()
+	c.mu.reading = true
+	c.mu.Unlock()
+	keep, done := c.read()
+	c.mu.Lock()
+	c.mu.reading = false
+	scheduled := c.mu.scheduled
+	c.mu.Unlock()
+	// A flush scheduled while reading woke nobody (scheduleLocked): it
+	// happens here, as it does after every complete read.
+	if keep && (done || scheduled) {
+		c.flush()
+	}
+	return keep
+}
+
+// read decodes everything buffered, for onTraffic. done says it got past
+// the handshake and through every whole frame.
+func (c *conn) read() (keep, done bool) {
 	if c.state.Load() == stClosed {
-		return false
+		return false, false
 	}
 	b, _ := c.lk.Peek(-1)
 	if len(b) == 0 {
-		return true
+		return true, false
 	}
 	c.lastRecv.Store(c.node.now())
 	off := 0
 	if c.state.Load() == stHandshake {
 		n, open, ok := c.handshake(b)
 		if !ok {
-			return false
+			return false, false
 		}
 		if !open {
 			if n > 0 {
 				_, _ = c.lk.Discard(n)
 			}
-			return true
+			return true, false
 		}
 		off = n
 	}
@@ -49,19 +69,19 @@ func (c *conn) onTraffic() (keep bool) {
 			if errors.Is(err, wire.ErrFrameTooLarge) {
 				code = wire.GoAwayLimit
 			}
-			return c.fail(err, code)
+			return c.fail(err, code), false
 		}
 		stats.wireIn.Add(uint64(n))
 		if err := c.handle(f); err != nil {
 			if c.goaway != nil {
 				c.close(err)
-				return false
+				return false, false
 			}
 			code := wire.GoAwayProtocolError
 			if errors.Is(err, ErrInboundBudget) || errors.Is(err, taskid.ErrTooManyChannels) {
 				code = wire.GoAwayLimit
 			}
-			return c.fail(err, code)
+			return c.fail(err, code), false
 		}
 		off += n
 	}
@@ -70,8 +90,7 @@ func (c *conn) onTraffic() (keep bool) {
 	if off > 0 { // Discard(0) would drop everything buffered
 		_, _ = c.lk.Discard(off)
 	}
-	c.flush()
-	return true
+	return true, true
 }
 
 // fail reports a fault of the peer's: it tells the peer why with a GOAWAY,
