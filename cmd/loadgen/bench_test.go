@@ -77,22 +77,9 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping in -short mode: builds loadgen and runs 24 cases of 100 ms")
 	}
-	bin := buildLoadgen(t)
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "bench", "--duration", "100ms", "--out", out, "--json")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("loadgen bench: %v\n%s", err, tail(stderr.Bytes(), 3000))
-	}
+	sc, text, cmd := runBench(t, buildLoadgen(t), "--duration", "100ms", "--out", out)
 	benchPID := cmd.Process.Pid
-	lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
-	var sc bench.Scorecard
-	if err := json.Unmarshal(lines[len(lines)-1], &sc); err != nil {
-		t.Fatalf("the last line of loadgen bench's output is not the scorecard: %v", err)
-	}
 	written, err := bench.ReadScorecard(filepath.Join(out, "bench.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +92,6 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(bytes.Join(lines[:len(lines)-1], []byte("\n")))
 	if sc.Machine.CPU == "" || !strings.Contains(text, "machine: "+sc.Machine.String()) {
 		t.Errorf("the table does not start with the machine (%q):\n%s", sc.Machine, text)
 	}
@@ -236,6 +222,27 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 	}
 }
 
+// runBench runs the loadgen binary bin as 'bench args... --json' and
+// returns the scorecard on the last line of its output, the rest of the
+// output (the table), and the finished command.
+func runBench(t *testing.T, bin string, args ...string) (bench.Scorecard, string, *exec.Cmd) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append(append([]string{"bench"}, args...), "--json")...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("loadgen bench: %v\n%s", err, tail(stderr.Bytes(), 3000))
+	}
+	lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
+	var sc bench.Scorecard
+	if err := json.Unmarshal(lines[len(lines)-1], &sc); err != nil {
+		t.Fatalf("the last line of loadgen bench's output is not the scorecard: %v", err)
+	}
+	return sc, string(bytes.Join(lines[:len(lines)-1], []byte("\n"))), cmd
+}
+
 func prefixed(prefix, id string) string {
 	if id == "" {
 		return ""
@@ -330,20 +337,7 @@ func TestBenchCountsCPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping in -short mode: builds loadgen and runs 10 cases of 400 ms")
 	}
-	bin := buildLoadgen(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "bench", "--cases", "throughput", "--duration", "400ms", "--out", t.TempDir(), "--json")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("loadgen bench: %v\n%s", err, tail(stderr.Bytes(), 3000))
-	}
-	lines := bytes.Split(bytes.TrimSpace(stdout.Bytes()), []byte("\n"))
-	var sc bench.Scorecard
-	if err := json.Unmarshal(lines[len(lines)-1], &sc); err != nil {
-		t.Fatalf("the last line of loadgen bench's output is not the scorecard: %v", err)
-	}
+	sc, _, cmd := runBench(t, buildLoadgen(t), "--cases", "throughput", "--duration", "400ms", "--out", t.TempDir())
 	var counted time.Duration
 	n := 0
 	for _, r := range sc.Runs {
