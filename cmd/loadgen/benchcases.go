@@ -94,11 +94,14 @@ func (m *cpuMeter) total() (time.Duration, error) {
 
 // figures adds the CPU used since startCPU per message delivered
 // (cpu_ns_per_msg) and in cores (cpu_cores, CPU time over wall time). It
-// adds nothing where process CPU cannot be read (bench.ErrNoProcessCPU),
-// and fails if it could be read at the start and not now.
+// adds nothing where process CPU cannot be read (bench.ErrNoProcessCPU) or
+// nothing was delivered, and fails if a process's CPU could not be read.
 func (m *cpuMeter) figures(figures map[string]float64, delivered int64) error {
-	if m.err != nil || delivered <= 0 {
+	if errors.Is(m.err, bench.ErrNoProcessCPU) || delivered <= 0 {
 		return nil
+	}
+	if m.err != nil {
+		return fmt.Errorf("bench: CPU time at the start of the case: %w", m.err)
 	}
 	end, err := m.total()
 	if err != nil {
