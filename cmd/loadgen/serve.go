@@ -179,9 +179,6 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *consume < 0 {
-		return fmt.Errorf("--consume-rate must not be negative, got %v", *consume)
-	}
 	if err := checkDelivery(*delivery, *consume); err != nil {
 		return err
 	}

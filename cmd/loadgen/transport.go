@@ -85,9 +85,12 @@ func inlineDelivery(delivery string, consumeRate float64) bool {
 	return delivery == "inline" || (auto && consumeRate == 0)
 }
 
-// checkDelivery checks --delivery and its combination with --consume-rate.
+// checkDelivery checks how the receiving tasks take their runs: --delivery,
+// --consume-rate and their combination.
 func checkDelivery(delivery string, consumeRate float64) error {
 	switch {
+	case consumeRate < 0:
+		return fmt.Errorf("--consume-rate must not be negative, got %v", consumeRate)
 	case delivery != "" && delivery != "auto" && delivery != "inline" && delivery != "goroutine":
 		return fmt.Errorf("--delivery must be auto, inline or goroutine, got %q", delivery)
 	case delivery == "inline" && consumeRate > 0:
@@ -108,8 +111,6 @@ func (c *transportConfig) validate() error {
 		return fmt.Errorf("--channels must be >= 1, got %d", c.channels)
 	case c.connections < 1:
 		return fmt.Errorf("--connections must be >= 1, got %d", c.connections)
-	case c.consumeRate < 0:
-		return fmt.Errorf("--consume-rate must not be negative, got %v", c.consumeRate)
 	case c.producers < 0:
 		return fmt.Errorf("--producers must not be negative, got %d", c.producers)
 	}
