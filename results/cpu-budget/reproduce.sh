@@ -18,3 +18,9 @@ for i in 1 2 3; do
 		time $out/transport.test -test.run '^$' -test.bench "$b" -test.benchtime 30000000x | grep Benchmark
 	done
 done 2>&1 | tee $out/gotest-cpu.txt
+# One P a process against two (about ten minutes; needs /usr/bin/time, Debian package "time").
+if [ -x /usr/bin/time ]; then
+	bash results/cpu-budget/gomaxprocs.sh | tee $out/gomaxprocs.txt
+else
+	echo "skipped gomaxprocs.sh: /usr/bin/time is missing (apt-get install time)" >&2
+fi
