@@ -13,6 +13,8 @@ mkdir -p $out
 go build -o $out/loadgen ./cmd/loadgen
 lg=$out/loadgen
 addr=127.0.0.1:7419
+# A failed send must not leave its serve holding the port.
+trap 'pkill -INT -f "$lg serve --listen $addr" || true' EXIT
 
 # pair SERVE_PROCS SEND_PROCS LABEL [send flags...]: one serve/send pair; prints
 # the send report's figures with each process's CPU per message and the
