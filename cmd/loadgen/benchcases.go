@@ -113,6 +113,15 @@ func (m *cpuMeter) figures(figures map[string]float64, delivered int64) error {
 	return nil
 }
 
+// addThroughput adds a throughput run (made by deliveryRun) with the CPU
+// figures cpu measured over it.
+func (b *bencher) addThroughput(r bench.Run, cpu *cpuMeter) error {
+	if err := cpu.figures(r.Figures, r.Delivery.Delivered); err != nil {
+		return err
+	}
+	return b.add(r)
+}
+
 // latencyFigures adds a histogram's percentiles to figures.
 func latencyFigures(figures map[string]float64, snap *hdrhistogram.Snapshot) error {
 	if snap == nil {
@@ -182,12 +191,8 @@ func (b *bencher) tcpCeiling(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("plain TCP ceiling: %w", err)
 	}
-	run := deliveryRun(bench.Run{ID: "tcp-ceiling", Case: "throughput, ideal 64 KiB batching", Subject: "plain TCP", PID: pid},
-		w.Sent(), r.Delivery, start)
-	if err := cpu.figures(run.Figures, r.Delivery.Delivered); err != nil {
-		return err
-	}
-	return b.add(run)
+	return b.addThroughput(deliveryRun(bench.Run{ID: "tcp-ceiling", Case: "throughput, ideal 64 KiB batching", Subject: "plain TCP", PID: pid},
+		w.Sent(), r.Delivery, start), cpu)
 }
 
 // connectNode starts a node of backend be and opens a channel from
@@ -251,11 +256,7 @@ func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error 
 	if err = errors.Join(err, ferr); err != nil {
 		return fmt.Errorf("%s: %w", id, err)
 	}
-	run := deliveryRun(bench.Run{ID: id, Case: what, Subject: be + " backend", PID: pid}, sent, r.Delivery, start)
-	if err := cpu.figures(run.Figures, r.Delivery.Delivered); err != nil {
-		return err
-	}
-	return b.add(run)
+	return b.addThroughput(deliveryRun(bench.Run{ID: id, Case: what, Subject: be + " backend", PID: pid}, sent, r.Delivery, start), cpu)
 }
 
 // transportFixed sends at the fixed rate on one channel, as 'loadgen run
