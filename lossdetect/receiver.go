@@ -116,6 +116,20 @@ func (r *Receiver) OnData(epoch, seq uint64) Verdict {
 	return Accept
 }
 
+// AcceptRun is k calls of OnData for the consecutive seqs first, first+1,
+// ..., first+k-1 in the common case that all of them are accepted: the
+// epoch is the current one, first is Next() and no seq is one that cannot
+// exist. It reports whether that was the case; if not, it changed nothing,
+// and the caller decides message by message with OnData.
+func (r *Receiver) AcceptRun(epoch, first uint64, k int) bool {
+	if !r.open || epoch != r.epoch || first != r.next || k <= 0 || uint64(k) > math.MaxUint64-first {
+		return false
+	}
+	r.next += uint64(k)
+	r.stats.Accepted += uint64(k)
+	return true
+}
+
 // OnAckRequest records an ACKREQUEST(epoch, seq) to be answered. If one is
 // already pending, the higher seq is kept: a newer request supersedes.
 func (r *Receiver) OnAckRequest(epoch, seq uint64) Verdict {

@@ -203,3 +203,68 @@ func BenchmarkReceiverOnData(b *testing.B) {
 		}
 	}
 }
+
+// TestAcceptRun checks AcceptRun against k calls of OnData on a copy of the
+// same receiver: where it reports true they must all have been accepted and
+// the two receivers must agree; where it reports false it must have changed
+// nothing, and at least one of the k would not have been accepted.
+func TestAcceptRun(t *testing.T) {
+	type run struct {
+		epoch, first uint64
+		k            int
+	}
+	base := func() *Receiver {
+		r := new(Receiver)
+		r.OnOpen(3, 100)
+		return r
+	}
+	nearEnd := func() *Receiver {
+		r := new(Receiver)
+		r.OnOpen(3, math.MaxUint64-4)
+		return r
+	}
+	cases := []struct {
+		name string
+		r    func() *Receiver
+		run  run
+		want bool
+	}{
+		{"next, current epoch", base, run{3, 100, 64}, true},
+		{"one message", base, run{3, 100, 1}, true},
+		{"empty run", base, run{3, 100, 0}, false},
+		{"starts below next: duplicates first", base, run{3, 90, 20}, false},
+		{"all below next", base, run{3, 10, 5}, false},
+		{"starts above next: a gap", base, run{3, 101, 5}, false},
+		{"older epoch", base, run{2, 100, 5}, false},
+		{"newer epoch, not opened", base, run{4, 100, 5}, false},
+		{"never opened", func() *Receiver { return new(Receiver) }, run{0, 0, 5}, false},
+		{"ends at the last seq that can exist", nearEnd, run{3, math.MaxUint64 - 4, 4}, true},
+		{"reaches the seq that cannot exist", nearEnd, run{3, math.MaxUint64 - 4, 5}, false},
+		{"wraps past the end", nearEnd, run{3, math.MaxUint64 - 4, 9}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fast, slow := c.r(), c.r()
+			before := *fast
+			allAccepted := c.run.k > 0
+			for i := 0; i < c.run.k; i++ {
+				if slow.OnData(c.run.epoch, c.run.first+uint64(i)) != Accept {
+					allAccepted = false
+				}
+			}
+			got := fast.AcceptRun(c.run.epoch, c.run.first, c.run.k)
+			if got != c.want || got != allAccepted {
+				t.Fatalf("AcceptRun = %v, want %v (OnData accepted all: %v)", got, c.want, allAccepted)
+			}
+			if !got {
+				if *fast != before {
+					t.Fatalf("a refused AcceptRun changed the receiver: %+v -> %+v", before, *fast)
+				}
+				return
+			}
+			if *fast != *slow {
+				t.Fatalf("AcceptRun left %+v, OnData one by one %+v", *fast, *slow)
+			}
+		})
+	}
+}

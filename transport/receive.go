@@ -128,12 +128,19 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []Message)
 	d := getDelivery(len(msgs), size)
 	d.rs, d.conn, d.ch = rs, c, ic.key
 	rs.mu.Lock()
-	for i := range msgs {
-		if rs.acceptLocked(c, ic, firstSeq+uint64(i)) {
-			if len(d.msgs) == 0 {
-				d.first = firstSeq + uint64(i)
-			}
+	if rs.mu.r.AcceptRun(ic.key.Epoch, firstSeq, len(msgs)) {
+		d.first = firstSeq
+		for i := range msgs {
 			d.add(msgs[i])
+		}
+	} else {
+		for i := range msgs {
+			if rs.acceptLocked(c, ic, firstSeq+uint64(i)) {
+				if len(d.msgs) == 0 {
+					d.first = firstSeq + uint64(i)
+				}
+				d.add(msgs[i])
+			}
 		}
 	}
 	rs.mu.Unlock()
@@ -170,14 +177,17 @@ func (rs *recvState) acceptLocked(c *conn, ic *inChan, seq uint64) bool {
 // only its next sequence number, so the accepted messages of a run are
 // consecutive. The caller holds rs.inbox.order.
 func (rs *recvState) runInline(c *conn, ic *inChan, firstSeq uint64, msgs []Message, h Handler) {
-	lo, n := 0, 0
+	lo, n := 0, len(msgs)
 	rs.mu.Lock()
-	for i := range msgs {
-		if rs.acceptLocked(c, ic, firstSeq+uint64(i)) {
-			if n == 0 {
-				lo = i
+	if !rs.mu.r.AcceptRun(ic.key.Epoch, firstSeq, n) {
+		n = 0
+		for i := range msgs {
+			if rs.acceptLocked(c, ic, firstSeq+uint64(i)) {
+				if n == 0 {
+					lo = i
+				}
+				n++
 			}
-			n++
 		}
 	}
 	rs.mu.Unlock()

@@ -24,9 +24,10 @@ type Sender struct{ ch *channel }
 // the window of retained messages and the loss tracker), and where it is on
 // the wire.
 type channel struct {
-	peer *Peer
-	key  taskid.Channel
-	slot int
+	peer       *Peer
+	key        taskid.Channel
+	slot       int
+	maxPayload int // the largest payload the window takes (maxPayload)
 
 	credit  notifier     // broadcast when credit is freed or the channel shuts
 	blocked atomic.Int64 // ns Send and SendRun spent waiting for credit
@@ -58,7 +59,7 @@ type channel struct {
 }
 
 func newChannel(p *Peer, key taskid.Channel, slot int) *channel {
-	ch := &channel{peer: p, key: key, slot: slot}
+	ch := &channel{peer: p, key: key, slot: slot, maxPayload: maxPayload(p.node.o.window)}
 	ch.mu.src = flow.New(p.node.o.window, p.node.o.loss, key.Epoch, p.rings)
 	return ch
 }
@@ -145,23 +146,26 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 	if ch.mu.closed {
 		return ch.closedErrLocked()
 	}
-	if max := maxPayload(ch.peer.node.o.window); len(payload) > max {
-		return fmt.Errorf("%w: %d bytes, the window holds payloads of up to %d", ErrTooLarge, len(payload), max)
+	if len(payload) > ch.maxPayload {
+		return fmt.Errorf("%w: %d bytes, the window holds payloads of up to %d", ErrTooLarge, len(payload), ch.maxPayload)
 	}
 	src := ch.mu.src
-	cost, ok := src.PushCost(ts, len(payload))
-	if !ok {
-		if _, err := src.Push(ts, payload); !errors.Is(err, window.ErrNoCredit) {
-			return err // Push refuses what PushCost refused, and says why
+	stored, ok := src.TryPush(ts, payload)
+	if !ok { // the window must grow, or refuses: the budget pays for growth
+		cost, ok := src.PushCost(ts, len(payload))
+		if !ok {
+			if _, err := src.Push(ts, payload); !errors.Is(err, window.ErrNoCredit) {
+				return err // Push refuses what PushCost refused, and says why
+			}
+			return ErrNoCredit
 		}
-		return ErrNoCredit
-	}
-	if cost > 0 && !ch.peer.charge(int64(cost)) {
-		return ErrNoCredit
-	}
-	stored, err := src.Push(ts, payload)
-	if err != nil {
-		return err // not reached: PushCost said it fits
+		if cost > 0 && !ch.peer.charge(int64(cost)) {
+			return ErrNoCredit
+		}
+		var err error
+		if stored, err = src.Push(ts, payload); err != nil {
+			return err // not reached: PushCost said it fits
+		}
 	}
 	if ch.mu.idle != 0 {
 		ch.peer.idle.Add(-ch.mu.idle)

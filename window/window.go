@@ -345,32 +345,59 @@ func (s *Sender) PushHead(ts int64, head, payload []byte) (seq uint64, err error
 	if int(s.nextSeq-s.acked) >= s.cfg.MaxMessages || s.payBytes+n > s.cfg.MaxBytes {
 		return 0, ErrNoCredit
 	}
-	off, ok := s.place(n)
-	if !ok {
+	if _, fits := s.place(n); !fits {
 		if len(s.buf) >= s.cfg.MaxBytes {
 			return 0, ErrNoCredit
 		}
-		s.growBytes(n)
-		off, _ = s.place(n) // growBytes guarantees room
+		s.growBytes(n) // guarantees room
 	}
 	if int(s.nextSeq-s.acked) >= len(s.recs) {
 		s.growRecords()
 	}
-	if s.nextSeq == s.acked {
+	seq, ok := s.TryPushHead(ts, head, payload)
+	if !ok {
+		panic("window: no room for a message after checking credit and growing the rings")
+	}
+	return seq, nil
+}
+
+// TryPushHead is [Sender.PushHead] for a message that fits the rings as
+// they are: it pushes only if the window has credit for the message and
+// neither ring must grow for it, so that [Sender.Footprint] does not
+// change, and otherwise reports false and does nothing. A caller that
+// charges ring growth to a budget pushes with it first and, where it
+// reports false, asks [Sender.PushCost] and pushes with PushHead; in the
+// steady state of a busy channel every push takes this path, which checks
+// credit once.
+func (s *Sender) TryPushHead(ts int64, head, payload []byte) (seq uint64, ok bool) {
+	n := len(head) + len(payload)
+	seq = s.nextSeq
+	if seq-s.acked >= uint64(len(s.recs)) || seq-s.acked >= uint64(s.cfg.MaxMessages) ||
+		s.payBytes+n > s.cfg.MaxBytes || seq == math.MaxUint64 {
+		return 0, false
+	}
+	off, fits := s.place(n)
+	if !fits {
+		return 0, false
+	}
+	if seq == s.acked {
 		s.bhead, s.btail, s.wrapped = 0, 0, false
+	} else if off == 0 && s.btail != 0 && !s.wrapped {
+		s.wrapped, s.wrapSeq = true, seq
 	}
-	if off == 0 && s.btail != 0 && !s.wrapped && s.nextSeq != s.acked {
-		s.wrapped, s.wrapSeq = true, s.nextSeq
+	dst := s.buf[off : off+n]
+	h := dst[:len(head)]
+	for i := range h { // a head is a few bytes: cheaper than a call to copy
+		h[i] = head[i]
 	}
-	copy(s.buf[off+len(head):off+n], payload)
-	copy(s.buf[off:], head)
+	copy(dst[len(head):], payload)
 	s.btail = off + n
 	s.pushed += uint64(n)
-	s.recs[s.nextSeq&s.mask] = record{ts: ts, end: s.pushed, off: uint32(off), n: uint32(n), head: uint32(len(head))}
+	r := &s.recs[seq&s.mask]
+	r.ts, r.end, r.off, r.n, r.head = ts, s.pushed, uint32(off), uint32(n), uint32(len(head))
 	s.payBytes += n
-	seq = s.nextSeq
-	s.nextSeq++
-	return seq, nil
+	s.nextSeq = seq + 1
+	return seq, true
 }
 
 // grownBytes is the size growBytes(n) makes the byte ring.

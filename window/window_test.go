@@ -354,7 +354,26 @@ func (m *modelRun) step(step int) {
 		credit := s.HasCredit(len(head) + n)
 		cost, costOK := s.PushCost(len(head) + n)
 		fp := s.Footprint()
-		seq, err := s.PushHead(int64(step), head, p)
+		var seq uint64
+		var err error
+		tried, pushed := false, false
+		if rng.IntN(2) == 0 { // TryPushHead first, as the transport does
+			tried = true
+			before := cursorsOf(s)
+			seq, pushed = s.TryPushHead(int64(step), head, p)
+			if want := credit && cost == 0; pushed != want {
+				t.Fatalf("seed %d step %d: TryPushHead(%d bytes) = %v; credit %v, PushCost %d", seed, step, len(head)+n, pushed, credit, cost)
+			}
+			if !pushed && (cursorsOf(s) != before || s.Footprint() != fp) {
+				t.Fatalf("seed %d step %d: a refused TryPushHead changed the window: %+v -> %+v, footprint %d -> %d", seed, step, before, cursorsOf(s), fp, s.Footprint())
+			}
+		}
+		if !pushed {
+			seq, err = s.PushHead(int64(step), head, p)
+		}
+		if tried && pushed && s.Footprint() != fp {
+			t.Fatalf("seed %d step %d: TryPushHead grew the rings %d -> %d", seed, step, fp, s.Footprint())
+		}
 		if credit != (err == nil) || costOK != credit {
 			t.Fatalf("seed %d: HasCredit(%d) = %v, PushCost ok = %v, but Push err = %v", seed, n, credit, costOK, err)
 		}

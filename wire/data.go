@@ -76,6 +76,9 @@ const MaxMessageHeadLen = 10 + 5
 // keeps messages encoded (head and payload together, ready to be copied
 // into a run as they are) writes the head once, when the message is made.
 func AppendMessageHead(dst []byte, prevTs, ts int64, payloadLen int) []byte {
+	if z := zigzag(ts - prevTs); z < 0x80 && uint(payloadLen) < 0x80 {
+		return append(dst, byte(z), byte(payloadLen)) // the common head of a small message
+	}
 	dst = appendSvarint(dst, ts-prevTs)
 	return appendUvarint(dst, uint64(payloadLen))
 }

@@ -127,6 +127,20 @@ func (s *Source) Push(ts int64, payload []byte) (stored int, err error) {
 	return len(head) + len(payload), nil
 }
 
+// TryPush is Push for a message the window takes without growing its
+// rings (see window.Sender.TryPushHead): it reports false, having done
+// nothing, where Push would need more window memory or credit; the caller
+// then asks PushCost and pushes with Push.
+func (s *Source) TryPush(ts int64, payload []byte) (stored int, ok bool) {
+	head := wire.AppendMessageHead(s.head[:0], s.lastTs, ts, len(payload))
+	if _, ok := s.win.TryPushHead(ts, head, payload); !ok {
+		return 0, false
+	}
+	s.lastTs = ts
+	s.bytes += uint64(len(payload))
+	return len(head) + len(payload), true
+}
+
 // Ready reports whether the channel has messages to write and may write
 // them now.
 func (s *Source) Ready() bool {
