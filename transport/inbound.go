@@ -109,20 +109,12 @@ func (c *conn) onData(f wire.Frame) error {
 	rd := &c.in.rd
 	rd.Reset(body)
 	for {
-		h, err := rd.NextRun()
+		msgs, h, err := rd.ReadRun(c.in.msgs)
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
 			return err
-		}
-		msgs := c.in.msgs[:0]
-		for range h.Count {
-			m, err := rd.NextMessage()
-			if err != nil {
-				return err
-			}
-			msgs = append(msgs, Message{Ts: m.Ts, Payload: m.Payload})
 		}
 		c.in.msgs = msgs[:0]
 		ic, err := c.inChan(h.Channel)

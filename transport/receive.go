@@ -28,10 +28,9 @@ type Handler func(ch taskid.Channel, firstSeq uint64, msgs []Message)
 // with (the engine's event time; the transport only carries it) and its
 // payload. Who owns Payload is said where a Message is passed: a
 // [Handler]'s are valid until it returns; [Sender.SendRun] copies them.
-type Message struct {
-	Ts      int64
-	Payload []byte
-}
+// It is the wire's decoded message, so that a run is handed to a handler
+// as it was decoded.
+type Message = wire.Message
 
 type pair struct{ source, target taskid.ID }
 
