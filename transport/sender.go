@@ -214,10 +214,16 @@ func (s *Sender) TrySendRun(msgs []Message) (int, error) {
 	ch := s.ch
 	ch.mu.Lock()
 	defer ch.unlockAndWrite()
-	for i, m := range msgs {
-		if err := ch.pushLocked(m.Ts, m.Payload); err != nil {
+	// The first message goes the general way, which also leaves the
+	// connection queued to send it; while the lock is held that cannot
+	// change, so the rest need only the window: as many as fit it as it
+	// is in one loop, the one that does not the general way, and so on.
+	for i := 0; i < len(msgs); {
+		if err := ch.pushLocked(msgs[i].Ts, msgs[i].Payload); err != nil {
 			return i, err
 		}
+		i++
+		i += ch.mu.src.TryPushRun(msgs[i:], ch.maxPayload)
 	}
 	return len(msgs), nil
 }

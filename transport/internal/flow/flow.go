@@ -141,6 +141,26 @@ func (s *Source) TryPush(ts int64, payload []byte) (stored int, ok bool) {
 	return len(head) + len(payload), true
 }
 
+// TryPushRun is TryPush for each of msgs in order, stopping at the first
+// that TryPush would refuse or whose payload is longer than maxPayload: it
+// returns how many it pushed. The caller pushes the one it stopped at (if
+// any) by the general path, which says why it cannot be pushed.
+func (s *Source) TryPushRun(msgs []wire.Message, maxPayload int) int {
+	for i := range msgs {
+		m := &msgs[i]
+		if len(m.Payload) > maxPayload {
+			return i
+		}
+		head := wire.AppendMessageHead(s.head[:0], s.lastTs, m.Ts, len(m.Payload))
+		if _, ok := s.win.TryPushHead(m.Ts, head, m.Payload); !ok {
+			return i
+		}
+		s.lastTs = m.Ts
+		s.bytes += uint64(len(m.Payload))
+	}
+	return len(msgs)
+}
+
 // Ready reports whether the channel has messages to write and may write
 // them now.
 func (s *Source) Ready() bool {
