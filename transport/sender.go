@@ -121,6 +121,15 @@ func (s *Sender) TrySend(ts int64, payload []byte) error { return s.ch.push(ts, 
 
 func (ch *channel) push(ts int64, payload []byte) error {
 	ch.mu.Lock()
+	// A streaming channel is already queued on its connection, and a
+	// message its window holds as it is needs nothing else: pushLocked
+	// would find the same.
+	if ch.mu.queued && ch.mu.idle == 0 && !ch.mu.closed && len(payload) <= ch.maxPayload {
+		if _, ok := ch.mu.src.TryPush(ts, payload); ok {
+			ch.mu.Unlock()
+			return nil
+		}
+	}
 	err := ch.pushLocked(ts, payload)
 	ch.unlockAndWrite()
 	return err
