@@ -35,7 +35,7 @@
 // Payloads are copied into one byte ring per Sender and message records into
 // one record ring; both are allocated at the first Push and grow on demand
 // (doubling) up to their bound, so a channel that never sent costs nothing
-// and a busy one at most Config.MaxBytes plus 24 bytes per message of
+// and a busy one at most Config.MaxBytes plus a 32-byte record for each of
 // Config.MaxMessages ([Config.MaxFootprint]). Once grown, Push, MarkSent and
 // Ack allocate nothing. [Sender.Footprint] is what the rings take now and
 // [Sender.PushCost] what a Push would add, so that a caller can bound the
