@@ -110,7 +110,42 @@ func benchmarkDecode(b *testing.B, runs int) {
 	report(b, len(frame), len(msgs), iters)
 }
 
-func BenchmarkEncodeData64KiB(b *testing.B)       { benchmarkEncode(b, 1) }
-func BenchmarkEncodeData64KiB16Runs(b *testing.B) { benchmarkEncode(b, 16) }
-func BenchmarkDecodeData64KiB(b *testing.B)       { benchmarkDecode(b, 1) }
-func BenchmarkDecodeData64KiB16Runs(b *testing.B) { benchmarkDecode(b, 16) }
+// benchmarkReadRun decodes as the transport does: a whole run at a time
+// with ReadRun, into a slice kept from frame to frame.
+func benchmarkReadRun(b *testing.B, runs int) {
+	msgs := benchBatch(runs)
+	frame := encodeBatch(nil, msgs, make([]byte, benchPayload), 1)
+	var r DataReader
+	var buf []Message
+	b.ReportAllocs()
+	iters, seen := 0, 0
+	for b.Loop() {
+		f, _, err := DecodeFrame(frame, DefaultMaxFrame)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Reset(f.Body)
+		for {
+			run, _, err := r.ReadRun(buf)
+			if err != nil {
+				break
+			}
+			for _, m := range run {
+				seen += len(m.Payload)
+			}
+			buf = run
+		}
+		iters++
+	}
+	if seen != iters*len(msgs)*benchPayload {
+		b.Fatalf("decoded %d payload bytes, want %d", seen, iters*len(msgs)*benchPayload)
+	}
+	report(b, len(frame), len(msgs), iters)
+}
+
+func BenchmarkEncodeData64KiB(b *testing.B)        { benchmarkEncode(b, 1) }
+func BenchmarkEncodeData64KiB16Runs(b *testing.B)  { benchmarkEncode(b, 16) }
+func BenchmarkDecodeData64KiB(b *testing.B)        { benchmarkDecode(b, 1) }
+func BenchmarkDecodeData64KiB16Runs(b *testing.B)  { benchmarkDecode(b, 16) }
+func BenchmarkReadRunData64KiB(b *testing.B)       { benchmarkReadRun(b, 1) }
+func BenchmarkReadRunData64KiB16Runs(b *testing.B) { benchmarkReadRun(b, 16) }
