@@ -127,22 +127,12 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []Message)
 	d := getDelivery(len(msgs), size)
 	d.rs, d.conn, d.ch = rs, c, ic.key
 	rs.mu.Lock()
-	if rs.mu.r.AcceptRun(ic.key.Epoch, firstSeq, len(msgs)) {
-		d.first = firstSeq
-		for i := range msgs {
-			d.add(msgs[i])
-		}
-	} else {
-		for i := range msgs {
-			if rs.acceptLocked(c, ic, firstSeq+uint64(i)) {
-				if len(d.msgs) == 0 {
-					d.first = firstSeq + uint64(i)
-				}
-				d.add(msgs[i])
-			}
-		}
-	}
+	lo, n := rs.acceptLocked(c, ic, firstSeq, msgs)
 	rs.mu.Unlock()
+	d.first = firstSeq + uint64(lo)
+	for _, m := range msgs[lo : lo+n] {
+		d.add(m)
+	}
 	if refused := size - d.bytes; refused > 0 {
 		c.inbound.Add(-int64(refused))
 	}
@@ -155,40 +145,39 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []Message)
 	return nil
 }
 
-// acceptLocked asks the receiver about one message and counts what it
-// refuses.
-func (rs *recvState) acceptLocked(c *conn, ic *inChan, seq uint64) bool {
-	switch rs.mu.r.OnData(ic.key.Epoch, seq) {
-	case lossdetect.Accept:
-		return true
-	case lossdetect.Duplicate:
-		c.stats.dupIn.Add(1)
-	case lossdetect.Gap:
-		c.stats.gapIn.Add(1)
-	case lossdetect.Stale:
-		c.stats.stale.Add(1)
+// acceptLocked asks the receiver about a run's messages, firstSeq on, and
+// counts what it refuses. The receiver accepts only its next sequence
+// number, so the accepted messages are consecutive: msgs[lo:lo+n]. A run
+// accepted whole, the common case, is decided in one step.
+func (rs *recvState) acceptLocked(c *conn, ic *inChan, firstSeq uint64, msgs []Message) (lo, n int) {
+	r := rs.mu.r
+	if r.AcceptRun(ic.key.Epoch, firstSeq, len(msgs)) {
+		return 0, len(msgs)
 	}
-	return false
+	for i := range msgs {
+		switch r.OnData(ic.key.Epoch, firstSeq+uint64(i)) {
+		case lossdetect.Accept:
+			if n == 0 {
+				lo = i
+			}
+			n++
+		case lossdetect.Duplicate:
+			c.stats.dupIn.Add(1)
+		case lossdetect.Gap:
+			c.stats.gapIn.Add(1)
+		case lossdetect.Stale:
+			c.stats.stale.Add(1)
+		}
+	}
+	return lo, n
 }
 
 // runInline gives the accepted messages of a run to an inline handler, in
-// place, and counts them consumed when it returns. The receiver accepts
-// only its next sequence number, so the accepted messages of a run are
-// consecutive. The caller holds rs.inbox.order.
+// place, and counts them consumed when it returns. The caller holds
+// rs.inbox.order.
 func (rs *recvState) runInline(c *conn, ic *inChan, firstSeq uint64, msgs []Message, h Handler) {
-	lo, n := 0, len(msgs)
 	rs.mu.Lock()
-	if !rs.mu.r.AcceptRun(ic.key.Epoch, firstSeq, n) {
-		n = 0
-		for i := range msgs {
-			if rs.acceptLocked(c, ic, firstSeq+uint64(i)) {
-				if n == 0 {
-					lo = i
-				}
-				n++
-			}
-		}
-	}
+	lo, n := rs.acceptLocked(c, ic, firstSeq, msgs)
 	rs.mu.Unlock()
 	if n == 0 {
 		return
