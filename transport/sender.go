@@ -121,10 +121,7 @@ func (s *Sender) TrySend(ts int64, payload []byte) error { return s.ch.push(ts, 
 
 func (ch *channel) push(ts int64, payload []byte) error {
 	ch.mu.Lock()
-	// A streaming channel is already queued on its connection, and a
-	// message its window holds as it is needs nothing else: pushLocked
-	// would find the same.
-	if ch.mu.queued && ch.mu.idle == 0 && !ch.mu.closed && len(payload) <= ch.maxPayload {
+	if ch.onlyWindowLocked() && len(payload) <= ch.maxPayload {
 		if _, ok := ch.mu.src.TryPush(ts, payload); ok {
 			ch.mu.Unlock()
 			return nil
@@ -133,6 +130,13 @@ func (ch *channel) push(ts int64, payload []byte) error {
 	err := ch.pushLocked(ts, payload)
 	ch.unlockAndWrite()
 	return err
+}
+
+// onlyWindowLocked reports whether a message that the window holds as it
+// is (flow.Source.TryPush) needs nothing else of pushLocked: the channel
+// is open, already queued on its connection, and its window not idle.
+func (ch *channel) onlyWindowLocked() bool {
+	return ch.mu.queued && ch.mu.idle == 0 && !ch.mu.closed
 }
 
 // unlockAndWrite releases ch.mu and then, if a push found the connection
@@ -223,18 +227,20 @@ func (s *Sender) TrySendRun(msgs []Message) (int, error) {
 	ch := s.ch
 	ch.mu.Lock()
 	defer ch.unlockAndWrite()
-	// The first message goes the general way, which also leaves the
-	// connection queued to send it; while the lock is held that cannot
-	// change, so the rest need only the window: as many as fit it as it
-	// is in one loop, the one that does not the general way, and so on.
-	for i := 0; i < len(msgs); {
+	// A message the window does not take as it is goes the general way,
+	// which also queues the channel on its connection; the ones after it
+	// then need only the window again.
+	for i := 0; ; i++ {
+		if ch.onlyWindowLocked() {
+			i += ch.mu.src.TryPushRun(msgs[i:], ch.maxPayload)
+		}
+		if i == len(msgs) {
+			return i, nil
+		}
 		if err := ch.pushLocked(msgs[i].Ts, msgs[i].Payload); err != nil {
 			return i, err
 		}
-		i++
-		i += ch.mu.src.TryPushRun(msgs[i:], ch.maxPayload)
 	}
-	return len(msgs), nil
 }
 
 // maxPayload is the largest payload a window of cfg takes: the window keeps
