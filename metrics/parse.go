@@ -69,7 +69,10 @@ func (p *parser) family(name string) *Family {
 }
 
 func (p *parser) parseLine(line string) error {
-	line = strings.TrimLeft(line, " \t")
+	// Carriage returns ending a line belong to its line ending (the scanner
+	// drops one): kept in a HELP text, they would not survive being written
+	// and read again.
+	line = strings.TrimLeft(strings.TrimRight(line, "\r"), " \t")
 	if line == "" {
 		return nil
 	}
