@@ -386,9 +386,13 @@ func (s *Sender) TryPushHead(ts int64, head, payload []byte) (seq uint64, ok boo
 		s.wrapped, s.wrapSeq = true, seq
 	}
 	dst := s.buf[off : off+n]
-	h := dst[:len(head)]
-	for i := range h { // a head is a few bytes: cheaper than a call to copy
-		h[i] = head[i]
+	if len(head) == 2 && len(dst) >= 2 { // the common head: no loop, no call
+		dst[0], dst[1] = head[0], head[1]
+	} else {
+		h := dst[:len(head)]
+		for i := range h { // a head is a few bytes: cheaper than a call to copy
+			h[i] = head[i]
+		}
 	}
 	copy(dst[len(head):], payload)
 	s.btail = off + n

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"strings"
@@ -127,6 +128,27 @@ func TestRunHeaderLenAndMessageLenMatchWhatIsAppended(t *testing.T) {
 				p := make([]byte, n)
 				if got, want := MessageLen(prev, cur, n), len(AppendMessage(nil, prev, cur, p)); got != want {
 					t.Errorf("MessageLen(%d, %d, %d) = %d, AppendMessage wrote %d", prev, cur, n, got, want)
+				}
+			}
+		}
+	}
+}
+
+// ShortMessageHead gives the two-byte head exactly when the head is two
+// bytes, and AppendMessageHead the varint encoding, both checked against
+// encoding/binary (a zigzag varint delta, then the length as a uvarint).
+func TestMessageHeadsMatchVarints(t *testing.T) {
+	ts := []int64{0, 1, -1, 63, 64, -64, -65, 1 << 40, math.MaxInt64, math.MinInt64}
+	for _, prev := range ts {
+		for _, cur := range ts {
+			for _, n := range []int{0, 1, 127, 128, 16383, 16384} {
+				want := binary.AppendUvarint(binary.AppendVarint(nil, cur-prev), uint64(n))
+				if got := AppendMessageHead(nil, prev, cur, n); !bytes.Equal(got, want) {
+					t.Errorf("AppendMessageHead(%d, %d, %d) = %x, want %x", prev, cur, n, got, want)
+				}
+				h, ok := ShortMessageHead(prev, cur, n)
+				if ok != (len(want) == 2) || ok && !bytes.Equal(h[:], want) {
+					t.Errorf("ShortMessageHead(%d, %d, %d) = %x, %v; the head is %x", prev, cur, n, h, ok, want)
 				}
 			}
 		}

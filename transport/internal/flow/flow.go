@@ -132,7 +132,10 @@ func (s *Source) Push(ts int64, payload []byte) (stored int, err error) {
 // nothing, where Push would need more window memory or credit; the caller
 // then asks PushCost and pushes with Push.
 func (s *Source) TryPush(ts int64, payload []byte) (stored int, ok bool) {
-	head := wire.AppendMessageHead(s.head[:0], s.lastTs, ts, len(payload))
+	head := s.shortHead(ts, len(payload))
+	if head == nil {
+		head = wire.AppendMessageHead(s.head[:0], s.lastTs, ts, len(payload))
+	}
 	if _, ok := s.win.TryPushHead(ts, head, payload); !ok {
 		return 0, false
 	}
@@ -151,7 +154,10 @@ func (s *Source) TryPushRun(msgs []wire.Message, maxPayload int) int {
 		if len(m.Payload) > maxPayload {
 			return i
 		}
-		head := wire.AppendMessageHead(s.head[:0], s.lastTs, m.Ts, len(m.Payload))
+		head := s.shortHead(m.Ts, len(m.Payload))
+		if head == nil {
+			head = wire.AppendMessageHead(s.head[:0], s.lastTs, m.Ts, len(m.Payload))
+		}
 		if _, ok := s.win.TryPushHead(m.Ts, head, m.Payload); !ok {
 			return i
 		}
@@ -159,6 +165,19 @@ func (s *Source) TryPushRun(msgs []wire.Message, maxPayload int) int {
 		s.bytes += uint64(len(m.Payload))
 	}
 	return len(msgs)
+}
+
+// shortHead writes the head of a message of size bytes at ts, after the
+// last one pushed, into s.head and returns it if it is the common two-byte
+// head, else nil (the caller then calls wire.AppendMessageHead). It
+// inlines: a call of AppendMessageHead for every message was about a tenth
+// of a push's instructions (callgrind: 25 of 221).
+func (s *Source) shortHead(ts int64, size int) []byte {
+	if h, ok := wire.ShortMessageHead(s.lastTs, ts, size); ok {
+		s.head[0], s.head[1] = h[0], h[1]
+		return s.head[:2]
+	}
+	return nil
 }
 
 // Ready reports whether the channel has messages to write and may write
