@@ -185,8 +185,11 @@ type Sender struct {
 	nextSeq    uint64 // seq of the next Push
 	sentHigh   uint64 // highest cursor ever passed to MarkSent: acks beyond it are bogus
 
-	recs []record // ring indexed by seq & recMask; len is a power of two
+	recs []record // ring indexed by seq & mask; len is a power of two
 	mask uint64
+	// slots is how many messages may be retained without growing recs:
+	// len(recs), at most cfg.MaxMessages (one bound for TryPushHead).
+	slots uint64
 
 	buf      []byte // byte ring
 	bhead    int    // offset of the oldest retained payload
@@ -372,8 +375,7 @@ func (s *Sender) PushHead(ts int64, head, payload []byte) (seq uint64, err error
 func (s *Sender) TryPushHead(ts int64, head, payload []byte) (seq uint64, ok bool) {
 	n := len(head) + len(payload)
 	seq = s.nextSeq
-	if seq-s.acked >= uint64(len(s.recs)) || seq-s.acked >= uint64(s.cfg.MaxMessages) ||
-		s.payBytes+n > s.cfg.MaxBytes || seq == math.MaxUint64 {
+	if seq-s.acked >= s.slots || s.payBytes+n > s.cfg.MaxBytes || seq == math.MaxUint64 {
 		return 0, false
 	}
 	off, fits := s.place(n)
@@ -394,13 +396,13 @@ func (s *Sender) TryPushHead(ts int64, head, payload []byte) (seq uint64, ok boo
 			h[i] = head[i]
 		}
 	}
-	copy(dst[len(head):], payload)
 	s.btail = off + n
 	s.pushed += uint64(n)
 	r := &s.recs[seq&s.mask]
 	r.ts, r.end, r.off, r.n, r.head = ts, s.pushed, uint32(off), uint32(n), uint32(len(head))
 	s.payBytes += n
 	s.nextSeq = seq + 1
+	copy(dst[len(head):], payload) // last: little is live across the call
 	return seq, true
 }
 
@@ -459,6 +461,7 @@ func (s *Sender) resizeRecords(n int) {
 	}
 	s.pool.putRecords(s.recs)
 	s.recs, s.mask = nr, nmask
+	s.slots = uint64(min(len(nr), s.cfg.MaxMessages))
 }
 
 // Message returns a retained message, Acked() <= seq < NextSeq(). The payload
