@@ -250,8 +250,8 @@ func (r *DataReader) NextMessage() (Message, error) {
 }
 
 // ReadRun decodes the next whole run, appending its messages to dst[:0], and
-// returns them with the run's header. It allocates only if cap(dst) is less
-// than the run's count. It returns io.EOF after the last run. On a fault it
+// returns them with the run's header. It allocates (once) only if cap(dst)
+// is less than the run's count. It returns io.EOF after the last run. On a fault it
 // returns dst[:0] and the error.
 func (r *DataReader) ReadRun(dst []Message) ([]Message, RunHeader, error) {
 	dst = dst[:0]
@@ -260,17 +260,29 @@ func (r *DataReader) ReadRun(dst []Message) ([]Message, RunHeader, error) {
 		return dst, RunHeader{}, err
 	}
 	b := r.body
+	// Room for the run, as far as the body can hold it (a message takes two
+	// bytes at least), so that the loop below makes no call.
+	if n := min(r.left, (len(b)-r.off)/2); cap(dst) < n {
+		dst = make([]Message, 0, n)
+	}
 	for r.left > 0 {
-		// NextMessage's fast path, inline: a one-byte delta and length.
-		if off := r.off; off+2 <= len(b) && b[off] < 0x80 && b[off+1] < 0x80 {
+		// NextMessage's fast path, inline and on locals: a one-byte delta
+		// and length.
+		off, left, ts := r.off, r.left, r.prevTs
+		for left > 0 && len(dst) < cap(dst) && off+2 <= len(b) && b[off] < 0x80 && b[off+1] < 0x80 {
 			z, start := uint64(b[off]), off+2
-			if end := start + int(b[off+1]); end <= len(b) {
-				r.prevTs += int64(z>>1) ^ -int64(z&1)
-				r.off = end
-				r.left--
-				dst = append(dst, Message{Ts: r.prevTs, Payload: b[start:end:end]})
-				continue
+			end := start + int(b[off+1])
+			if end > len(b) {
+				break
 			}
+			ts += int64(z>>1) ^ -int64(z&1)
+			dst = dst[:len(dst)+1]
+			dst[len(dst)-1] = Message{Ts: ts, Payload: b[start:end:end]}
+			off, left = end, left-1
+		}
+		r.off, r.left, r.prevTs = off, left, ts
+		if left == 0 {
+			break
 		}
 		m, err := r.NextMessage()
 		if err != nil {
