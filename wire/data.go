@@ -249,9 +249,13 @@ func (r *DataReader) NextMessage() (Message, error) {
 	return Message{Ts: ts, Payload: b[start:end:end]}, nil
 }
 
+// readRunPresize is the most messages ReadRun makes room for before it
+// decodes them.
+const readRunPresize = 4096
+
 // ReadRun decodes the next whole run, appending its messages to dst[:0], and
-// returns them with the run's header. It allocates (once) only if cap(dst)
-// is less than the run's count. It returns io.EOF after the last run. On a fault it
+// returns them with the run's header. It allocates only if cap(dst) is less
+// than the run's count. It returns io.EOF after the last run. On a fault it
 // returns dst[:0] and the error.
 func (r *DataReader) ReadRun(dst []Message) ([]Message, RunHeader, error) {
 	dst = dst[:0]
@@ -260,9 +264,11 @@ func (r *DataReader) ReadRun(dst []Message) ([]Message, RunHeader, error) {
 		return dst, RunHeader{}, err
 	}
 	b := r.body
-	// Room for the run, as far as the body can hold it (a message takes two
-	// bytes at least), so that the loop below makes no call.
-	if n := min(r.left, (len(b)-r.off)/2); cap(dst) < n {
+	// Room for the run, so that the loop below makes no call: as far as the
+	// body can hold it (a message takes two bytes at least), and up to
+	// readRunPresize, beyond which the run grows dst only as it decodes (a
+	// count the body does not bear out costs no large allocation).
+	if n := min(r.left, (len(b)-r.off)/2, readRunPresize); cap(dst) < n {
 		dst = make([]Message, 0, n)
 	}
 	for r.left > 0 {

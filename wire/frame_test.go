@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -64,6 +65,49 @@ func roundTripCases() []struct {
 			{H: RunHeader{Channel: 2, FirstSeq: 7, BaseTs: 3}, Msgs: []Message{{Ts: 3, Payload: []byte("three")}}},
 			{H: RunHeader{Channel: 1, FirstSeq: 102, BaseTs: 9}, Msgs: []Message{{Ts: 9, Payload: []byte("four")}, {Ts: 9}, {Ts: 10, Payload: payload(300, 'q')}}},
 		}}},
+	}
+}
+
+// longRun returns n messages whose heads are mostly two bytes and every
+// seventh longer (a timestamp step of 1000, or a 200-byte payload).
+func longRun(n int) []Message {
+	msgs := make([]Message, n)
+	ts := int64(0)
+	for i := range msgs {
+		ts++
+		p := bytes.Repeat([]byte{'a' + byte(i%26)}, i%50)
+		switch i % 7 {
+		case 3:
+			ts += 1000
+		case 5:
+			p = bytes.Repeat([]byte{'z'}, 200)
+		}
+		msgs[i] = Message{Ts: ts, Payload: p}
+	}
+	return msgs
+}
+
+// A run longer than ReadRun makes room for up front decodes to the messages
+// encoded, whatever the capacity it is given.
+func TestReadRunOfALongRun(t *testing.T) {
+	want := []run{{H: RunHeader{Channel: 3, FirstSeq: 1}, Msgs: longRun(2*readRunPresize + 3)}}
+	f, _, err := DecodeFrame(appendValue(nil, batch{Runs: want}), DefaultMaxFrame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range [][]Message{nil, make([]Message, 0, 10), make([]Message, 0, 3*readRunPresize)} {
+		var r DataReader
+		r.Reset(f.Body)
+		msgs, h, err := r.ReadRun(dst)
+		if err != nil {
+			t.Fatalf("ReadRun with cap %d: %v", cap(dst), err)
+		}
+		if err := sameRuns([]run{{H: h, Msgs: msgs}}, want); err != nil {
+			t.Fatalf("ReadRun with cap %d: %v", cap(dst), err)
+		}
+		if _, _, err := r.ReadRun(msgs); err != io.EOF {
+			t.Fatalf("after the only run: %v, want io.EOF", err)
+		}
 	}
 }
 
