@@ -85,8 +85,9 @@ func AppendMessageHead(dst []byte, prevTs, ts int64, payloadLen int) []byte {
 
 // ShortMessageHead returns the head [AppendMessageHead] writes when it is
 // two bytes (a timestamp delta from -64 to 63 and a payload length under
-// 128, the common case), and false when it is longer. It inlines, so a caller that
-// pushes message after message pays no call for the common head.
+// 128, the common case), and false when it is longer. It inlines, so a
+// caller that pushes message after message pays no call for the common
+// head.
 func ShortMessageHead(prevTs, ts int64, payloadLen int) (h [2]byte, ok bool) {
 	if z := zigzag(ts - prevTs); z < 0x80 && uint(payloadLen) < 0x80 {
 		return [2]byte{byte(z), byte(payloadLen)}, true
