@@ -226,7 +226,7 @@ func (r *DataReader) NextMessage() (Message, error) {
 	// for small messages close in time.
 	if start <= len(b) && b[r.off] < 0x80 && b[off] < 0x80 {
 		z := uint64(b[r.off])
-		delta = int64(z>>1) ^ -int64(z&1)
+		delta = unzigzag(z)
 		n = uint64(b[off])
 	} else {
 		delta, off = svarint(b, r.off)
@@ -282,7 +282,7 @@ func (r *DataReader) ReadRun(dst []Message) ([]Message, RunHeader, error) {
 			if end > len(b) {
 				break
 			}
-			ts += int64(z>>1) ^ -int64(z&1)
+			ts += unzigzag(z)
 			dst = dst[:len(dst)+1]
 			dst[len(dst)-1] = Message{Ts: ts, Payload: b[start:end:end]}
 			off, left = end, left-1

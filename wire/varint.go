@@ -89,7 +89,7 @@ func uvarint32(b []byte, off int) (uint32, int) {
 // svarint decodes a zigzag signed varint at b[off:].
 func svarint(b []byte, off int) (int64, int) {
 	u, next := uvarint(b, off)
-	return int64(u>>1) ^ -int64(u&1), next
+	return unzigzag(u), next
 }
 
 func appendUvarint(dst []byte, v uint64) []byte {
@@ -100,6 +100,8 @@ func appendUvarint(dst []byte, v uint64) []byte {
 }
 
 func zigzag(v int64) uint64 { return uint64(v<<1) ^ uint64(v>>63) }
+
+func unzigzag(u uint64) int64 { return int64(u>>1) ^ -int64(u&1) }
 
 func appendSvarint(dst []byte, v int64) []byte { return appendUvarint(dst, zigzag(v)) }
 

@@ -147,7 +147,9 @@ func (s *Source) TryPush(ts int64, payload []byte) (stored int, ok bool) {
 // TryPushRun is TryPush for each of msgs in order, stopping at the first
 // that TryPush would refuse or whose payload is longer than maxPayload: it
 // returns how many it pushed. The caller pushes the one it stopped at (if
-// any) by the general path, which says why it cannot be pushed.
+// any) by the general path, which says why it cannot be pushed. Its loop
+// body is TryPush's, written out: a call of TryPush per message cost 21
+// instructions more (callgrind).
 func (s *Source) TryPushRun(msgs []wire.Message, maxPayload int) int {
 	for i := range msgs {
 		m := &msgs[i]
