@@ -99,10 +99,13 @@ type conn struct {
 		// reading is set while the loop decodes what arrived (onTraffic),
 		// which flushes when it is done: a flush scheduled meanwhile needs
 		// no wake-up of the loop.
-		reading  bool
-		closed   bool
-		outTable *taskid.Table
-		outByNum []*channel
+		reading bool
+		// streaming is set while the connection is stream-driven: its
+		// senders write their full batches themselves (writeStreaming).
+		streaming bool
+		closed    bool
+		outTable  *taskid.Table
+		outByNum  []*channel
 		// retired are closed channels' numbers, held back from reuse until
 		// a PONG to a PING sent after their CLOSE shows that no ack for
 		// them can still be on its way.
@@ -142,6 +145,7 @@ type conn struct {
 	// overtake bytes the link holds.
 	linkBuffered atomic.Bool
 	lastWrite    atomic.Int64 // when the last batch had been handed to the kernel
+	streamAt     atomic.Int64 // when a sender last wrote a full batch itself (writeStreaming)
 	writeCost    atomic.Int64 // how long a direct write takes, a moving average (ns)
 }
 

@@ -2,7 +2,9 @@
 // batch to a duplicate of the socket itself (fd), instead of waking the
 // loop; what the kernel does not take waits in carry for the loop, which
 // writes it before anything newer. writeCost, the moving average of what
-// such a write takes, decides when a connection counts as idle.
+// such a write takes, decides when a connection counts as idle. A sender
+// that outruns its connection writes its full batches the same way
+// (writeStreaming).
 
 package transport
 
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicehq/sluice/batch"
 )
 
 // writeLast writes a final frame (a GOAWAY) after whatever a direct write
@@ -39,6 +43,112 @@ const directGap = int64(5 * time.Microsecond)
 // directMaxUnacked is the most messages a channel may have unacknowledged
 // (this one included) for its sender to write directly.
 const directMaxUnacked = 64
+
+// streamHold is how long a connection stays stream-driven after a sender
+// last wrote a full batch itself. A sender at full speed fills a 64 KiB
+// batch of 100-byte messages every 40-100 µs on the 2-core VMs measured;
+// one that stops for longer leaves its tail to the node's timer, which has
+// the loop flush it about this long after the last such write.
+const streamHold = int64(100 * time.Microsecond)
+
+// writeStreaming writes one full batch from the calling sender's
+// goroutine: its channel has nearly a batch's worth of messages unsent
+// (channel.fullBatch). A sender that outruns the loop would otherwise hand
+// it each batch (a wake-up and a thread switch: tens of microseconds on a
+// virtual machine whose second vCPU idles), while the loop also cut
+// partial batches at every ack it read; writing full batches where they
+// are filled is what plain TCP's writer does.
+//
+// A connection on which a sender wrote a full batch itself, or on which
+// a streaming sender's window is half full (enqueue), is stream-driven
+// (markStreaming) until no sender has written a full batch for
+// streamHold: streaming channels queued on it do not wake the loop, the
+// loop does not flush after reading acks, and the node's timer has the
+// loop flush what is left when the state ends. A channel
+// sending at a moderate rate (a window far from half full) never makes
+// its connection stream-driven, so its messages go out as before: at
+// once, by the sender on an idle connection, by the loop otherwise.
+//
+// If the loop or another sender is writing, that writer takes what waits;
+// if bytes wait in front (a direct write's carry, the link's buffer), the
+// loop keeps the writing. Connections without direct writes (the net
+// backend, TLS, injected faults) never stream this way.
+//
+// Whether the connection is stream-driven or not, a sender about to wait
+// writes its channel's unsent tail itself (channel.writeOwnTail).
+//
+// It reports whether it wrote a batch.
+func (c *conn) writeStreaming() bool {
+	if !c.wmu.TryLock() {
+		return false // the loop or another sender writes; it takes what waits
+	}
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	ok := c.fd >= 0 && !c.mu.closed
+	c.mu.Unlock()
+	if !ok || c.state.Load() != stOpen {
+		return false // no direct writes on this connection: the loop writes
+	}
+	if len(c.carry) > 0 || c.linkBuffered.Load() {
+		c.schedule()
+		return false
+	}
+	c.syncInflight(true)
+	return c.writeBatch(c.node.now(), batch.CauseFull, true) > 0 // marks the connection stream-driven
+}
+
+// markStreaming makes the connection stream-driven from now, after a
+// sender wrote a full batch itself.
+func (c *conn) markStreaming(now int64) {
+	c.streamAt.Store(now)
+	c.mu.Lock()
+	c.startStreamingLocked(now)
+	c.mu.Unlock()
+}
+
+// startStreamingLocked makes the connection stream-driven, if it is not,
+// with the node's timer to look at it after streamHold. The caller holds
+// c.mu and has set streamAt.
+func (c *conn) startStreamingLocked(now int64) {
+	if c.mu.streaming || c.mu.closed {
+		return
+	}
+	c.mu.streaming = true
+	c.node.timers.wakeConn(c, now+streamHold)
+}
+
+// writeTail writes what is ready from a sender's goroutine before it
+// waits (channel.writeOwnTail), if the connection takes direct writes.
+func (c *conn) writeTail() {
+	if !c.wmu.TryLock() {
+		return // the writer takes it
+	}
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	ok := c.fd >= 0 && !c.mu.closed
+	c.mu.Unlock()
+	if ok {
+		c.flushLocked(true)
+	}
+}
+
+// streamDeadline is the node's timer's look at a connection it was to
+// flush at now: while the connection is stream-driven (a sender wrote a
+// full batch within streamHold) it returns when to look again; otherwise
+// it ends that state, and the timer schedules the loop's flush of what the
+// senders left.
+func (c *conn) streamDeadline(now int64) (at int64, later bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.mu.streaming {
+		return 0, false
+	}
+	if last := c.streamAt.Load(); now-last < streamHold {
+		return last + streamHold, true
+	}
+	c.mu.streaming = false
+	return 0, false
+}
 
 // flushDirect writes what is ready from the calling goroutine, after
 // enqueue said so. If the loop or another sender is writing, the loop is

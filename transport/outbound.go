@@ -67,9 +67,11 @@ func (c *conn) sendCtrl(appendFrame func([]byte) []byte) {
 // checked that ch is not queued already. It reports whether the caller,
 // once it has released ch.mu, should write the batch itself with
 // flushDirect, or else wake the loop with wake; or neither, when the loop
-// is already scheduled. mayDirect is false on the loop, which flushes
-// anyway.
-func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake bool) {
+// is already scheduled or the connection is stream-driven. mayDirect is
+// false on the loop, which flushes anyway, and for a streaming channel;
+// outrun says a streaming channel's window is half full, which makes the
+// connection stream-driven (conn.writeStreaming).
+func (c *conn) enqueue(ch *channel, bytes int, mayDirect, outrun bool) (direct, wake bool) {
 	c.pending.Add(int64(bytes))
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -85,6 +87,17 @@ func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake boo
 		// Claimed: nobody schedules the loop while the caller writes.
 		c.mu.scheduled = true
 		return true, false
+	}
+	if !mayDirect && (c.mu.streaming || outrun && c.fd >= 0 && c.state.Load() == stOpen) {
+		// Stream-driven (see writeStreaming): the streaming senders write
+		// the batches, and the node's timer has the loop flush what they
+		// leave.
+		if !c.mu.streaming {
+			now := c.node.now()
+			c.streamAt.Store(now)
+			c.startStreamingLocked(now)
+		}
+		return false, false
 	}
 	return false, c.scheduleLocked()
 }
@@ -240,6 +253,7 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 			break
 		}
 	}
+	full := len(requeue) > 0
 	c.pending.Add(-int64(b.bytes))
 	c.mu.Lock()
 	c.addReadyLocked(requeue...)
@@ -301,7 +315,13 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 			c.carry = nil
 		}
 	}
-	c.lastWrite.Store(c.node.now())
+	wrote := c.node.now()
+	c.lastWrite.Store(wrote)
+	if direct && full {
+		// A sender filled a whole batch: it outruns the loop (see
+		// writeStreaming).
+		c.markStreaming(wrote)
+	}
 	clear(o.iov[:cap(o.iov)])
 	o.policy.Flushed(now, total, cause)
 	c.stats.wireOut.Add(uint64(total))

@@ -24,10 +24,14 @@ func (c *conn) onTraffic() (keep bool) {
 	c.mu.Lock()
 	c.mu.reading = false
 	scheduled := c.mu.scheduled
+	// While senders write their own batches (conn.writeStreaming), what
+	// they have not yet filled is theirs: an ack read here does not cut
+	// it into a partial batch.
+	streamed := c.mu.streaming
 	c.mu.Unlock()
 	// A flush scheduled while reading woke nobody (scheduleLocked): it
 	// happens here, as it does after every complete read.
-	if keep && (done || scheduled) {
+	if keep && ((done && !streamed) || scheduled) {
 		c.flush()
 	}
 	return keep

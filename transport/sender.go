@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/lossdetect"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport/internal/flow"
@@ -28,6 +29,7 @@ type channel struct {
 	key        taskid.Channel
 	slot       int
 	maxPayload int // the largest payload the window takes (maxPayload)
+	fullBatch  int // unsent bytes at which its sender writes a batch itself (conn.writeStreaming)
 
 	credit  notifier     // broadcast when credit is freed or the channel shuts
 	blocked atomic.Int64 // ns Send and SendRun spent waiting for credit
@@ -59,7 +61,7 @@ type channel struct {
 }
 
 func newChannel(p *Peer, key taskid.Channel, slot int) *channel {
-	ch := &channel{peer: p, key: key, slot: slot, maxPayload: maxPayload(p.node.o.window)}
+	ch := &channel{peer: p, key: key, slot: slot, maxPayload: maxPayload(p.node.o.window), fullBatch: fullBatch(p.node.o.batch)}
 	ch.mu.src = flow.New(p.node.o.window, p.node.o.loss, key.Epoch, p.rings)
 	return ch
 }
@@ -88,7 +90,7 @@ func (ch *channel) attachLocked(c *conn) {
 	ch.mu.conn, ch.mu.num = c, num
 	ch.mu.queued = true
 	_, retained := ch.mu.src.Retained()
-	if _, wake := c.enqueue(ch, retained, false); wake { // a re-opened channel sends them again
+	if _, wake := c.enqueue(ch, retained, false, false); wake { // a re-opened channel sends them again
 		c.wake()
 	}
 	ch.scheduleLocked(now)
@@ -123,7 +125,13 @@ func (ch *channel) push(ts int64, payload []byte) error {
 	ch.mu.Lock()
 	if ch.onlyWindowLocked() && len(payload) <= ch.maxPayload {
 		if _, ok := ch.mu.src.TryPush(ts, payload); ok {
+			if ch.mu.src.UnsentBytes() < ch.fullBatch {
+				ch.mu.Unlock()
+				return nil
+			}
+			c := ch.mu.conn // queued: on a connection
 			ch.mu.Unlock()
+			ch.writeFullBatches(c)
 			return nil
 		}
 	}
@@ -140,13 +148,21 @@ func (ch *channel) onlyWindowLocked() bool {
 }
 
 // unlockAndWrite releases ch.mu and then, if a push found the connection
-// idle, writes the batch from this goroutine.
+// idle, writes the batch from this goroutine, or, if a full batch waits
+// to be sent, writes that (conn.writeStreaming).
 func (ch *channel) unlockAndWrite() {
 	c, w := ch.mu.direct, ch.mu.wake
 	ch.mu.direct, ch.mu.wake = nil, nil
+	var s *conn
+	if c == nil && ch.mu.queued && !ch.mu.closed && ch.mu.src.UnsentBytes() >= ch.fullBatch {
+		s = ch.mu.conn
+	}
 	ch.mu.Unlock()
 	if c != nil {
 		c.flushDirect()
+	}
+	if s != nil {
+		ch.writeFullBatches(s)
 	}
 	if w != nil {
 		w.wake()
@@ -187,9 +203,13 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 	if c := ch.mu.conn; c != nil && !ch.mu.queued && src.Ready() {
 		ch.mu.queued = true
 		// A channel with many messages unacknowledged is streaming: its
-		// batches are the loop's to gather, not one message per write.
-		inflight, _ := src.Retained()
-		switch direct, wake := c.enqueue(ch, stored, inflight <= directMaxUnacked); {
+		// batches are the loop's to gather, not one message per write;
+		// one whose window is half full outruns the connection, and they
+		// are its own to write (conn.writeStreaming).
+		inflight, held := src.Retained()
+		w := &ch.peer.node.o.window
+		outrun := 2*inflight >= w.MaxMessages || 2*held >= w.MaxBytes
+		switch direct, wake := c.enqueue(ch, stored, inflight <= directMaxUnacked, outrun); {
 		case direct:
 			ch.mu.direct = c
 		case wake:
@@ -243,6 +263,12 @@ func (s *Sender) TrySendRun(msgs []Message) (int, error) {
 	}
 }
 
+// fullBatch is how many unsent bytes make a channel's sender write a
+// batch itself (conn.writeStreaming): 15/16 of the batch size, so that the
+// batch goes out nearly full rather than waiting for the last message or
+// two that would fill it (64 KiB and 60 KiB measured alike).
+func fullBatch(cfg batch.Config) int { return cfg.MaxBatchBytes - cfg.MaxBatchBytes/16 }
+
 // maxPayload is the largest payload a window of cfg takes: the window keeps
 // each message with its wire head (timestamp delta and length), which
 // counts against its bytes.
@@ -260,6 +286,36 @@ func (ch *channel) closedErrLocked() error {
 	return ErrClosed
 }
 
+// writeFullBatches writes the channel's full batches on c from the calling
+// sender's goroutine (conn.writeStreaming), as long as it has another.
+func (ch *channel) writeFullBatches(c *conn) {
+	for c.writeStreaming() {
+		ch.mu.Lock()
+		more := ch.mu.conn == c && ch.mu.queued && !ch.mu.closed && ch.mu.src.UnsentBytes() >= ch.fullBatch
+		ch.mu.Unlock()
+		if !more {
+			return
+		}
+	}
+}
+
+// writeOwnTail writes the channel's unsent messages from the calling
+// sender's goroutine before it waits (for credit, in Flush), if its
+// connection takes direct writes (conn.writeTail): on a stream-driven
+// connection nothing else would write them before that state ends, and
+// elsewhere it saves the loop the batch.
+func (ch *channel) writeOwnTail() {
+	ch.mu.Lock()
+	c := ch.mu.conn
+	if !ch.mu.queued || ch.mu.closed || ch.mu.src.UnsentBytes() == 0 {
+		c = nil
+	}
+	ch.mu.Unlock()
+	if c != nil {
+		c.writeTail()
+	}
+}
+
 // waitCredit blocks until credit may have been freed.
 func (ch *channel) waitCredit(ctx context.Context, ts int64, size int) error {
 	p := ch.peer
@@ -274,6 +330,7 @@ func (ch *channel) waitCredit(ctx context.Context, ts int64, size int) error {
 	if ok {
 		return nil
 	}
+	ch.writeOwnTail()
 	var retry <-chan time.Time
 	if budgetShort {
 		if p.reclaimIdle(int64(cost)) {
@@ -308,6 +365,7 @@ func (ch *channel) waitCredit(ctx context.Context, ts int64, size int) error {
 // target task and acknowledged, the sender is closed, or ctx ends.
 func (s *Sender) Flush(ctx context.Context) error {
 	ch := s.ch
+	ch.writeOwnTail()
 	for {
 		w := ch.peer.drained.wait()
 		ch.mu.Lock()
@@ -446,7 +504,7 @@ func (ch *channel) onAck(c *conn, a wire.Ack) {
 	}
 	if !ch.mu.queued && src.Ready() {
 		ch.mu.queued = true
-		if _, wake := c.enqueue(ch, 0, false); wake {
+		if _, wake := c.enqueue(ch, 0, false, false); wake {
 			c.wake() // on the loop: no other thread waits for ch.mu or c.mu here
 		}
 	}

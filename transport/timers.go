@@ -193,7 +193,17 @@ func (t *timers) run() {
 		}
 		due = due[:0]
 		for i, c := range flush {
-			c.schedule()
+			if at, ok := c.streamDeadline(now); ok {
+				t.mu.Lock()
+				if cur, ok := t.mu.conns[c]; !ok || at < cur {
+					t.mu.conns[c] = at
+				}
+				t.mu.sleepTill = min(t.mu.sleepTill, at)
+				t.mu.Unlock()
+				next = min(next, at)
+			} else {
+				c.schedule()
+			}
 			flush[i] = nil
 		}
 		flush = flush[:0]

@@ -260,6 +260,10 @@ func (s *Sender) SentHigh() uint64 { return s.sentHigh }
 // NextSeq() - NextToSend().
 func (s *Sender) Unsent() int { return int(s.nextSeq - s.nextToSend) }
 
+// UnsentBytes is the bytes the Unsent() messages take as stored (heads and
+// payloads): what [Sender.AppendStored] would append for all of them.
+func (s *Sender) UnsentBytes() int { return int(s.pushed - s.streamOffset(s.nextToSend)) }
+
 // Retained returns the number of retained messages and the sum of their
 // payload lengths (with their heads, for messages pushed with
 // [Sender.PushHead]).

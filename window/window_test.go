@@ -440,6 +440,13 @@ func (m *modelRun) step(step int) {
 	if sum != b {
 		t.Fatalf("seed %d: retained bytes %d, heads and payloads sum to %d", seed, b, sum)
 	}
+	unsent := 0
+	for seq := s.NextToSend(); seq < s.NextSeq(); seq++ {
+		unsent += len(m.heads[seq]) + len(model[seq])
+	}
+	if got := s.UnsentBytes(); got != unsent {
+		t.Fatalf("seed %d step %d: UnsentBytes %d, the unsent heads and payloads sum to %d", seed, step, got, unsent)
+	}
 	if msgs > 0 {
 		// A run of stored messages from anywhere, across the ring's wrap.
 		from := s.Acked() + uint64(rng.IntN(msgs))

@@ -192,6 +192,10 @@ func (s *Source) Ready() bool {
 // and their payload bytes.
 func (s *Source) Retained() (msgs, bytes int) { return s.win.Retained() }
 
+// UnsentBytes is the bytes, as stored, of the messages waiting to be sent;
+// see window.Sender.UnsentBytes.
+func (s *Source) UnsentBytes() int { return s.win.UnsentBytes() }
+
 // Progress returns the sequence number up to which messages have been
 // acknowledged and the next one to be pushed.
 func (s *Source) Progress() (acked, next uint64) { return s.win.Acked(), s.win.NextSeq() }
