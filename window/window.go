@@ -198,6 +198,7 @@ type Sender struct {
 	wrapSeq  uint64 // while wrapped: the first seq stored at the front of the ring
 	payBytes int    // sum of retained message lengths (heads and payloads)
 	pushed   uint64 // total bytes ever pushed: the stream offset of NextSeq
+	sentOff  uint64 // the stream offset of NextToSend, for UnsentBytes
 
 	// Ring shrinking: acks that emptied the window since the last look, and
 	// the most retained in that time.
@@ -262,7 +263,7 @@ func (s *Sender) Unsent() int { return int(s.nextSeq - s.nextToSend) }
 
 // UnsentBytes is the bytes the Unsent() messages take as stored (heads and
 // payloads): what [Sender.AppendStored] would append for all of them.
-func (s *Sender) UnsentBytes() int { return int(s.pushed - s.streamOffset(s.nextToSend)) }
+func (s *Sender) UnsentBytes() int { return int(s.pushed - s.sentOff) }
 
 // Retained returns the number of retained messages and the sum of their
 // payload lengths (with their heads, for messages pushed with
@@ -539,9 +540,10 @@ func (s *Sender) MarkSent(through uint64) error {
 	if through > s.nextSeq {
 		return ErrOutOfRange
 	}
-	s.sinceBytes += int(s.streamOffset(through) - s.streamOffset(s.nextToSend))
+	off := s.streamOffset(through)
+	s.sinceBytes += int(off - s.sentOff)
 	s.sinceMsgs += int(through - s.nextToSend)
-	s.nextToSend = through
+	s.nextToSend, s.sentOff = through, off
 	s.sentHigh = max(s.sentHigh, through)
 	return nil
 }
@@ -562,8 +564,10 @@ func (s *Sender) Ack(next uint64) (freed int, err error) {
 	s.peakBytes = max(s.peakBytes, s.payBytes)
 	s.peakMsgs = max(s.peakMsgs, int(s.nextSeq-s.acked))
 	s.payBytes -= int(s.streamOffset(next) - s.streamOffset(s.acked))
+	if next > s.nextToSend {
+		s.nextToSend, s.sentOff = next, s.streamOffset(next)
+	}
 	s.acked = next
-	s.nextToSend = max(s.nextToSend, next)
 	if s.acked == s.nextSeq {
 		s.bhead, s.btail, s.wrapped = 0, 0, false
 		s.maybeShrink()
@@ -635,7 +639,7 @@ func (s *Sender) Rewind(seq uint64) (resend int, err error) {
 		return 0, ErrOutOfRange
 	}
 	resend = int(s.nextToSend - seq)
-	s.nextToSend = seq
+	s.nextToSend, s.sentOff = seq, s.streamOffset(seq)
 	return resend, nil
 }
 
