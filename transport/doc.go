@@ -24,8 +24,12 @@
 // channel with few messages unacknowledged, the sending goroutine writes
 // that batch to the socket itself rather than waking the loop: one thread wake-up fewer per message at low and moderate rates,
 // while a fast producer, finding writes recent, leaves them to the loop and
-// its batching. A direct write the kernel takes only in part is finished by
-// the loop before anything newer. The receiving loop decodes the batch in place, checks
+// its batching. A producer that outruns the loop, with a batch's worth of
+// its channel unsent, writes that full batch itself too, as plain TCP's
+// writer does, and its connection is then stream-driven: the loop leaves
+// the streaming channels' batches to their senders until they stop, and a
+// sender about to wait writes its own tail. A direct write the kernel
+// takes only in part is finished by the loop before anything newer. The receiving loop decodes the batch in place, checks
 // channel, epoch and sequence (lossdetect.Receiver), and hands accepted
 // runs to the target task: by default into its bounded inbox, whose handler
 // consumes them on the task's own goroutine ([Node.Handle]); or, for a
