@@ -45,10 +45,10 @@ const directGap = int64(5 * time.Microsecond)
 const directMaxUnacked = 64
 
 // streamHold is how long a connection stays stream-driven after a sender
-// last wrote a full batch itself. A sender at full speed fills a 64 KiB
-// batch of 100-byte messages every 40-100 µs on the 2-core VMs measured;
-// one that stops for longer leaves its tail to the node's timer, which has
-// the loop flush it about this long after the last such write.
+// last wrote a full batch itself or ended a wait for credit. A sender at
+// full speed fills a 64 KiB batch of 100-byte messages every 40-100 µs on
+// the 2-core VMs measured; one that stops for longer leaves its tail to the
+// loop, which flushes it once the state has ended.
 const streamHold = int64(100 * time.Microsecond)
 
 // writeStreaming writes one full batch from the calling sender's
@@ -59,14 +59,17 @@ const streamHold = int64(100 * time.Microsecond)
 // partial batches at every ack it read; writing full batches where they
 // are filled is what plain TCP's writer does.
 //
-// A connection on which a sender wrote a full batch itself, or on which
-// a streaming sender's window is half full (enqueue), is stream-driven
-// (markStreaming) until no sender has written a full batch for
-// streamHold: streaming channels queued on it do not wake the loop, the
-// loop does not flush after reading acks, and the node's timer has the
-// loop flush what is left when the state ends. A channel
-// sending at a moderate rate (a window far from half full) never makes
-// its connection stream-driven, so its messages go out as before: at
+// A connection on which a sender wrote a full batch itself, or ended a
+// wait for credit, is stream-driven (markStreaming) for streamHold after
+// the last such event: streaming channels queued on it do not wake the
+// loop, and the loop does not flush after reading acks. The state ends
+// when the node's timer, or the next channel queued or read finds it
+// stale, and the loop then flushes what the senders left; the latter two
+// do not depend on the timer goroutine getting a P (a gnet loop in
+// epoll_wait and a sender in a system call can hold both of a 2-core
+// process's Ps for milliseconds). A channel sending at a moderate rate never fills a batch
+// before the loop takes it and never runs out of credit, so it never makes
+// its connection stream-driven, and its messages go out as before: at
 // once, by the sender on an idle connection, by the loop otherwise.
 //
 // If the loop or another sender is writing, that writer takes what waits;
@@ -83,11 +86,8 @@ func (c *conn) writeStreaming() bool {
 		return false // the loop or another sender writes; it takes what waits
 	}
 	defer c.wmu.Unlock()
-	c.mu.Lock()
-	ok := c.fd >= 0 && !c.mu.closed
-	c.mu.Unlock()
-	if !ok || c.state.Load() != stOpen {
-		return false // no direct writes on this connection: the loop writes
+	if !c.takesDirect() || c.state.Load() != stOpen {
+		return false // the loop writes
 	}
 	if len(c.carry) > 0 || c.linkBuffered.Load() {
 		c.schedule()
@@ -97,24 +97,19 @@ func (c *conn) writeStreaming() bool {
 	return c.writeBatch(c.node.now(), batch.CauseFull, true) > 0 // marks the connection stream-driven
 }
 
-// markStreaming makes the connection stream-driven from now, after a
-// sender wrote a full batch itself.
+// markStreaming makes a connection that takes direct writes
+// stream-driven from now, after a sender wrote a full batch itself or
+// ended a wait for credit, with the node's timer to look at it after
+// streamHold.
 func (c *conn) markStreaming(now int64) {
 	c.streamAt.Store(now)
 	c.mu.Lock()
-	c.startStreamingLocked(now)
+	arm := !c.mu.streaming && !c.mu.closed && c.fd >= 0
+	c.mu.streaming = c.mu.streaming || arm
 	c.mu.Unlock()
-}
-
-// startStreamingLocked makes the connection stream-driven, if it is not,
-// with the node's timer to look at it after streamHold. The caller holds
-// c.mu and has set streamAt.
-func (c *conn) startStreamingLocked(now int64) {
-	if c.mu.streaming || c.mu.closed {
-		return
+	if arm {
+		c.node.timers.wakeConn(c, now+streamHold)
 	}
-	c.mu.streaming = true
-	c.node.timers.wakeConn(c, now+streamHold)
 }
 
 // writeTail writes what is ready from a sender's goroutine before it
@@ -124,13 +119,23 @@ func (c *conn) writeTail() {
 		return // the writer takes it
 	}
 	defer c.wmu.Unlock()
-	c.mu.Lock()
-	ok := c.fd >= 0 && !c.mu.closed
-	c.mu.Unlock()
-	if ok {
+	if c.takesDirect() {
 		c.flushLocked(true)
 	}
 }
+
+// takesDirect reports whether senders may write to the connection
+// themselves: it has a duplicate of its socket (the gnet backend, without
+// TLS or injected faults) and is not closed.
+func (c *conn) takesDirect() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fd >= 0 && !c.mu.closed
+}
+
+// streaming reports whether a sender wrote a full batch itself, or ended
+// a wait for credit, within streamHold before now.
+func (c *conn) streaming(now int64) bool { return now-c.streamAt.Load() < streamHold }
 
 // streamDeadline is the node's timer's look at a connection it was to
 // flush at now: while the connection is stream-driven (a sender wrote a

@@ -68,10 +68,8 @@ func (c *conn) sendCtrl(appendFrame func([]byte) []byte) {
 // once it has released ch.mu, should write the batch itself with
 // flushDirect, or else wake the loop with wake; or neither, when the loop
 // is already scheduled or the connection is stream-driven. mayDirect is
-// false on the loop, which flushes anyway, and for a streaming channel;
-// outrun says a streaming channel's window is half full, which makes the
-// connection stream-driven (conn.writeStreaming).
-func (c *conn) enqueue(ch *channel, bytes int, mayDirect, outrun bool) (direct, wake bool) {
+// false on the loop, which flushes anyway, and for a streaming channel.
+func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake bool) {
 	c.pending.Add(int64(bytes))
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -88,16 +86,14 @@ func (c *conn) enqueue(ch *channel, bytes int, mayDirect, outrun bool) (direct, 
 		c.mu.scheduled = true
 		return true, false
 	}
-	if !mayDirect && (c.mu.streaming || outrun && c.fd >= 0 && c.state.Load() == stOpen) {
-		// Stream-driven (see writeStreaming): the streaming senders write
-		// the batches, and the node's timer has the loop flush what they
-		// leave.
-		if !c.mu.streaming {
-			now := c.node.now()
-			c.streamAt.Store(now)
-			c.startStreamingLocked(now)
+	if !mayDirect && c.mu.streaming {
+		if c.streaming(c.node.now()) {
+			// Stream-driven (see writeStreaming): the streaming senders
+			// write the batches, and the node's timer has the loop flush
+			// what they leave.
+			return false, false
 		}
-		return false, false
+		c.mu.streaming = false // gone stale before the timer looked
 	}
 	return false, c.scheduleLocked()
 }

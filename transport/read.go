@@ -28,6 +28,9 @@ func (c *conn) onTraffic() (keep bool) {
 	// they have not yet filled is theirs: an ack read here does not cut
 	// it into a partial batch.
 	streamed := c.mu.streaming
+	if streamed && !c.streaming(c.node.now()) {
+		c.mu.streaming, streamed = false, false // gone stale before the timer looked
+	}
 	c.mu.Unlock()
 	// A flush scheduled while reading woke nobody (scheduleLocked): it
 	// happens here, as it does after every complete read.

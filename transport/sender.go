@@ -90,7 +90,7 @@ func (ch *channel) attachLocked(c *conn) {
 	ch.mu.conn, ch.mu.num = c, num
 	ch.mu.queued = true
 	_, retained := ch.mu.src.Retained()
-	if _, wake := c.enqueue(ch, retained, false, false); wake { // a re-opened channel sends them again
+	if _, wake := c.enqueue(ch, retained, false); wake { // a re-opened channel sends them again
 		c.wake()
 	}
 	ch.scheduleLocked(now)
@@ -203,13 +203,10 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 	if c := ch.mu.conn; c != nil && !ch.mu.queued && src.Ready() {
 		ch.mu.queued = true
 		// A channel with many messages unacknowledged is streaming: its
-		// batches are the loop's to gather, not one message per write;
-		// one whose window is half full outruns the connection, and they
-		// are its own to write (conn.writeStreaming).
-		inflight, held := src.Retained()
-		w := &ch.peer.node.o.window
-		outrun := 2*inflight >= w.MaxMessages || 2*held >= w.MaxBytes
-		switch direct, wake := c.enqueue(ch, stored, inflight <= directMaxUnacked, outrun); {
+		// batches are the loop's to gather, not one message per write
+		// (or, on a stream-driven connection, its sender's).
+		inflight, _ := src.Retained()
+		switch direct, wake := c.enqueue(ch, stored, inflight <= directMaxUnacked); {
 		case direct:
 			ch.mu.direct = c
 		case wake:
@@ -301,19 +298,22 @@ func (ch *channel) writeFullBatches(c *conn) {
 
 // writeOwnTail writes the channel's unsent messages from the calling
 // sender's goroutine before it waits (for credit, in Flush), if its
-// connection takes direct writes (conn.writeTail): on a stream-driven
-// connection nothing else would write them before that state ends, and
-// elsewhere it saves the loop the batch.
-func (ch *channel) writeOwnTail() {
+// connection takes direct writes: on a stream-driven connection nothing
+// else would write them before that state ends, and elsewhere it saves
+// the loop the batch. It returns that connection, or nil if there is none
+// that takes direct writes.
+func (ch *channel) writeOwnTail() *conn {
 	ch.mu.Lock()
 	c := ch.mu.conn
-	if !ch.mu.queued || ch.mu.closed || ch.mu.src.UnsentBytes() == 0 {
-		c = nil
-	}
+	tail := ch.mu.queued && !ch.mu.closed && ch.mu.src.UnsentBytes() > 0
 	ch.mu.Unlock()
-	if c != nil {
+	if c == nil || !c.takesDirect() {
+		return nil
+	}
+	if tail {
 		c.writeTail()
 	}
+	return c
 }
 
 // waitCredit blocks until credit may have been freed.
@@ -330,7 +330,12 @@ func (ch *channel) waitCredit(ctx context.Context, ts int64, size int) error {
 	if ok {
 		return nil
 	}
-	ch.writeOwnTail()
+	// A sender out of credit outruns its connection: it writes what it
+	// left unsent before it waits, and its next full batches once credit
+	// is back, which the loop leaves to it meanwhile (conn.writeStreaming).
+	if c := ch.writeOwnTail(); c != nil {
+		defer func() { c.markStreaming(p.node.now()) }()
+	}
 	var retry <-chan time.Time
 	if budgetShort {
 		if p.reclaimIdle(int64(cost)) {
@@ -504,7 +509,7 @@ func (ch *channel) onAck(c *conn, a wire.Ack) {
 	}
 	if !ch.mu.queued && src.Ready() {
 		ch.mu.queued = true
-		if _, wake := c.enqueue(ch, 0, false, false); wake {
+		if _, wake := c.enqueue(ch, 0, false); wake {
 			c.wake() // on the loop: no other thread waits for ch.mu or c.mu here
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/wire"
 )
 
 // streamPair opens a sender over a fresh pair (the default backend, whose
@@ -147,7 +148,9 @@ func TestAStreamingSenderWritesItsTailBeforeItWaits(t *testing.T) {
 		t.Fatalf("Flush waited with %d bytes unsent", u)
 	}
 
-	// Send until the window is full and the sender waits for credit.
+	// Send until the window is full and the sender waits for credit;
+	// its wait ends the same way, and makes the connection stream-driven.
+	waitStart := c.node.now()
 	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
 	for {
 		if err := s.Send(ctx, 0, payload(uint64(sent), 100)); err != nil {
@@ -159,6 +162,9 @@ func TestAStreamingSenderWritesItsTailBeforeItWaits(t *testing.T) {
 		sent++
 	}
 	cancel()
+	if at := c.streamAt.Load(); at < waitStart+int64(40*time.Millisecond) {
+		t.Errorf("the wait for credit that ended at %d did not make the connection stream-driven (last at %d)", c.node.now(), at)
+	}
 	if u := unsentBytes(s); u != 0 {
 		c.wmu.Lock()
 		cl := len(c.carry)
@@ -194,19 +200,18 @@ func TestAModerateSenderDoesNotMakeItsConnectionStreamDriven(t *testing.T) {
 	col.check(t, int64(sent))
 }
 
-// The stream-driven state, step by step with explicit times: a sender's
-// full batch starts it; while it lasts, a streaming channel queued on the
-// connection wakes nobody, where otherwise it wakes the loop; a streaming
-// channel whose window is half full starts it too, but only on a
-// connection that takes direct writes; the node's timer ends it once no
-// full batch has been written for streamHold, and not before.
+// The stream-driven state, step by step: without direct writes it never
+// begins; a sender's full batch starts it; while it lasts, a streaming
+// channel queued on the connection wakes nobody, where otherwise it wakes
+// the loop; the node's timer ends it once nothing has kept it going for
+// streamHold, and not before; a queued channel that finds it stale ends it
+// too, and wakes the loop, and so does a read.
 func TestTheStreamDrivenStateOfAConnection(t *testing.T) {
 	c, lk, fds := socketConn(t)
 	c.state.Store(stOpen)
 	defer c.close(context.Canceled)
-	queue := func(mayDirect, outrun bool) (wake bool) {
-		ch := &channel{}
-		_, wake = c.enqueue(ch, 100, mayDirect, outrun)
+	queue := func() (wake bool) {
+		_, wake = c.enqueue(&channel{}, 100, false)
 		c.mu.Lock()
 		c.mu.ready, c.mu.readyHead = c.mu.ready[:0], 0
 		c.mu.scheduled = false
@@ -214,21 +219,23 @@ func TestTheStreamDrivenStateOfAConnection(t *testing.T) {
 		return wake
 	}
 
-	if !queue(false, true) || c.isStreaming() {
-		t.Fatal("without direct writes, a half-full window did not wake the loop, or made the connection stream-driven")
+	c.markStreaming(c.node.now())
+	if c.isStreaming() {
+		t.Fatal("a connection without direct writes became stream-driven")
 	}
 	c.setDirectFD(fds[0])
-	if !queue(false, false) || c.isStreaming() {
-		t.Fatal("a streaming channel far from a half-full window did not wake the loop")
+	if !queue() {
+		t.Fatal("a streaming channel on a connection not stream-driven did not wake the loop")
 	}
 
-	const t0 = int64(1_000_000_000)
+	// Times in the future: the state cannot go stale while the test looks.
+	t0 := c.node.now() + int64(time.Hour)
 	c.markStreaming(t0)
 	if !c.isStreaming() {
 		t.Fatal("a sender's full batch did not make the connection stream-driven")
 	}
 	before := lk.executed
-	if queue(false, false) || lk.executed != before {
+	if queue() || lk.executed != before {
 		t.Error("a streaming channel queued on a stream-driven connection woke the loop")
 	}
 	if at, later := c.streamDeadline(t0 + streamHold/2); !later || at != t0+streamHold {
@@ -237,12 +244,25 @@ func TestTheStreamDrivenStateOfAConnection(t *testing.T) {
 	if _, later := c.streamDeadline(t0 + streamHold); later || c.isStreaming() {
 		t.Error("a hold after the last full batch the connection is still stream-driven")
 	}
-	if !queue(false, false) {
+	if !queue() {
 		t.Error("once the state ended, a streaming channel did not wake the loop")
 	}
 
-	// (The node's timer may end the state again before a look here.)
-	if queue(false, true) || c.streamAt.Load() == t0 {
-		t.Error("a half-full window on a connection with direct writes did not make it stream-driven")
+	// Gone stale before the timer looked: the next channel queued ends it.
+	c.markStreaming(c.node.now() - 2*streamHold)
+	if !c.isStreaming() {
+		t.Fatal("the state did not begin")
+	}
+	if !queue() || c.isStreaming() {
+		t.Error("a streaming channel queued on a stale stream-driven connection did not wake the loop and end the state")
+	}
+	// So does a read.
+	c.markStreaming(c.node.now() - 2*streamHold)
+	lk.in = wire.AppendPing(nil, 1, 0)
+	if !c.onTraffic() {
+		t.Fatal("the connection closed on a PING")
+	}
+	if c.isStreaming() {
+		t.Error("a read on a stale stream-driven connection did not end the state")
 	}
 }
