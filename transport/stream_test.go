@@ -80,10 +80,7 @@ func burst(t *testing.T, s *Sender, first, n int) {
 
 func waitDelivered(t *testing.T, col *collector, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for col.count.Load() < n && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "every message", func() bool { return col.count.Load() >= n })
 	col.check(t, n)
 }
 
@@ -108,13 +105,7 @@ func TestAStreamingSenderWritesItsOwnFullBatches(t *testing.T) {
 		t.Fatalf("with the loop busy, the sender wrote %d batches of 150 KB itself and left %d bytes unsent", direct, unsent)
 	}
 	waitDelivered(t, col, 1601)
-	deadline := time.Now().Add(10 * time.Second)
-	for c.isStreaming() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if c.isStreaming() {
-		t.Error("the connection stayed stream-driven with nothing sent")
-	}
+	waitFor(t, 10*time.Second, "the stream-driven state to end with nothing sent", func() bool { return !c.isStreaming() })
 }
 
 // A sender writes what it left unsent before it waits, for credit or in
