@@ -32,10 +32,7 @@ func streamPair(t *testing.T) (*Sender, *conn, *collector) {
 	p.mu.Lock()
 	c := p.mu.conns[0]
 	p.mu.Unlock()
-	c.mu.Lock()
-	fd := c.fd
-	c.mu.Unlock()
-	if fd < 0 {
+	if !c.takesDirect() {
 		t.Fatal("the connection takes no direct writes")
 	}
 	return s, c, col
