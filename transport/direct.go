@@ -60,17 +60,18 @@ const streamHold = int64(100 * time.Microsecond)
 // are filled is what plain TCP's writer does.
 //
 // A connection on which a sender wrote a full batch itself, or ended a
-// wait for credit, is stream-driven (markStreaming) for streamHold after
-// the last such event: streaming channels queued on it do not wake the
-// loop, and the loop does not flush after reading acks. The state ends
-// when the node's timer, or the next channel queued or read finds it
-// stale, and the loop then flushes what the senders left; the latter two
-// do not depend on the timer goroutine getting a P (a gnet loop in
-// epoll_wait and a sender in a system call can hold both of a 2-core
-// process's Ps for milliseconds). A channel sending at a moderate rate never fills a batch
-// before the loop takes it and never runs out of credit, so it never makes
-// its connection stream-driven, and its messages go out as before: at
-// once, by the sender on an idle connection, by the loop otherwise.
+// wait for its window's credit, is stream-driven (markStreaming) for
+// streamHold after the last such event: streaming channels queued on it do
+// not wake the loop, and the loop does not flush after reading acks. The
+// state ends when the node's timer, or the next channel queued or read,
+// finds it stale, and the loop then flushes what the senders left; the
+// latter two do not depend on the timer goroutine getting a P (a gnet loop
+// in epoll_wait and a sender in a system call can hold both of a 2-core
+// process's Ps for milliseconds). A channel sending at a moderate rate
+// never fills a batch before the loop takes it and never runs out of
+// credit, so it never makes its connection stream-driven, and its messages
+// go out as before: at once, by the sender on an idle connection, by the
+// loop otherwise.
 //
 // If the loop or another sender is writing, that writer takes what waits;
 // if bytes wait in front (a direct write's carry, the link's buffer), the
@@ -94,13 +95,20 @@ func (c *conn) writeStreaming() bool {
 		return false
 	}
 	c.syncInflight(true)
-	return c.writeBatch(c.node.now(), batch.CauseFull, true) > 0 // marks the connection stream-driven
+	if c.writeBatch(c.node.now(), batch.CauseFull, true) == 0 {
+		return false
+	}
+	// A full batch of its own (not the batch of an idle connection,
+	// flushDirect, which may hold many channels' messages): the sender
+	// outruns the loop.
+	c.markStreaming(c.node.now())
+	return true
 }
 
 // markStreaming makes a connection that takes direct writes
 // stream-driven from now, after a sender wrote a full batch itself or
-// ended a wait for credit, with the node's timer to look at it after
-// streamHold.
+// ended a wait for its window's credit, with the node's timer to look at
+// it after streamHold.
 func (c *conn) markStreaming(now int64) {
 	c.streamAt.Store(now)
 	c.mu.Lock()

@@ -249,7 +249,6 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 			break
 		}
 	}
-	full := len(requeue) > 0
 	c.pending.Add(-int64(b.bytes))
 	c.mu.Lock()
 	c.addReadyLocked(requeue...)
@@ -311,13 +310,7 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 			c.carry = nil
 		}
 	}
-	wrote := c.node.now()
-	c.lastWrite.Store(wrote)
-	if direct && full {
-		// A sender filled a whole batch: it outruns the loop (see
-		// writeStreaming).
-		c.markStreaming(wrote)
-	}
+	c.lastWrite.Store(c.node.now())
 	clear(o.iov[:cap(o.iov)])
 	o.policy.Flushed(now, total, cause)
 	c.stats.wireOut.Add(uint64(total))

@@ -286,7 +286,7 @@ func (ch *channel) closedErrLocked() error {
 // writeFullBatches writes the channel's full batches on c from the calling
 // sender's goroutine (conn.writeStreaming), as long as it has another.
 func (ch *channel) writeFullBatches(c *conn) {
-	for c.writeStreaming() {
+	for c != nil && c.writeStreaming() {
 		ch.mu.Lock()
 		more := ch.mu.conn == c && ch.mu.queued && !ch.mu.closed && ch.mu.src.UnsentBytes() >= ch.fullBatch
 		ch.mu.Unlock()
@@ -297,11 +297,11 @@ func (ch *channel) writeFullBatches(c *conn) {
 }
 
 // writeOwnTail writes the channel's unsent messages from the calling
-// sender's goroutine before it waits (for credit, in Flush), if its
-// connection takes direct writes: on a stream-driven connection nothing
-// else would write them before that state ends, and elsewhere it saves
-// the loop the batch. It returns that connection, or nil if there is none
-// that takes direct writes.
+// sender's goroutine before it waits (for its window's credit, in Flush),
+// if its connection takes direct writes: on a stream-driven connection
+// nothing else would write them before that state ends, and elsewhere it
+// saves the loop the batch. It returns that connection, or nil if there is
+// none that takes direct writes.
 func (ch *channel) writeOwnTail() *conn {
 	ch.mu.Lock()
 	c := ch.mu.conn
@@ -330,11 +330,15 @@ func (ch *channel) waitCredit(ctx context.Context, ts int64, size int) error {
 	if ok {
 		return nil
 	}
-	// A sender out of credit outruns its connection: it writes what it
-	// left unsent before it waits, and its next full batches once credit
-	// is back, which the loop leaves to it meanwhile (conn.writeStreaming).
-	if c := ch.writeOwnTail(); c != nil {
-		defer func() { c.markStreaming(p.node.now()) }()
+	// A sender whose own window is full outruns its connection: it writes
+	// what it left unsent before it waits, and its next full batches once
+	// credit is back, which the loop leaves to it meanwhile
+	// (conn.writeStreaming). A wait for the peer's budget says that of no
+	// one channel: the loop batches what many send, as before.
+	if !budgetShort {
+		if c := ch.writeOwnTail(); c != nil {
+			defer func() { c.markStreaming(p.node.now()) }()
+		}
 	}
 	var retry <-chan time.Time
 	if budgetShort {
