@@ -141,26 +141,30 @@ func (c *conn) takesDirect() bool {
 	return c.fd >= 0 && !c.mu.closed
 }
 
-// streaming reports whether a sender wrote a full batch itself, or ended
-// a wait for credit, within streamHold before now.
-func (c *conn) streaming(now int64) bool { return now-c.streamAt.Load() < streamHold }
+// streamingLocked reports whether the connection is stream-driven at now
+// (a sender wrote a full batch itself, or ended a wait for its window's
+// credit, within streamHold before now), and ends a state gone stale: the
+// node's timer, a channel queued and a read all end it this way, whichever
+// looks first. The caller holds c.mu.
+func (c *conn) streamingLocked(now int64) bool {
+	if c.mu.streaming && now-c.streamAt.Load() < streamHold {
+		return true
+	}
+	c.mu.streaming = false
+	return false
+}
 
 // streamDeadline is the node's timer's look at a connection it was to
-// flush at now: while the connection is stream-driven (a sender wrote a
-// full batch within streamHold) it returns when to look again; otherwise
-// it ends that state, and the timer schedules the loop's flush of what the
+// flush at now: while the connection is stream-driven it returns when to
+// look again; otherwise the timer schedules the loop's flush of what the
 // senders left.
 func (c *conn) streamDeadline(now int64) (at int64, later bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.mu.streaming {
+	if !c.streamingLocked(now) {
 		return 0, false
 	}
-	if last := c.streamAt.Load(); now-last < streamHold {
-		return last + streamHold, true
-	}
-	c.mu.streaming = false
-	return 0, false
+	return c.streamAt.Load() + streamHold, true
 }
 
 // flushDirect writes what is ready from the calling goroutine, after

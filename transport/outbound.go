@@ -86,14 +86,11 @@ func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake boo
 		c.mu.scheduled = true
 		return true, false
 	}
-	if !mayDirect && c.mu.streaming {
-		if c.streaming(c.node.now()) {
-			// Stream-driven (see writeStreaming): the streaming senders
-			// write the batches, and the node's timer has the loop flush
-			// what they leave.
-			return false, false
-		}
-		c.mu.streaming = false // gone stale before the timer looked
+	if !mayDirect && c.mu.streaming && c.streamingLocked(c.node.now()) {
+		// Stream-driven (see writeStreaming): the streaming senders write
+		// the batches, and the loop flushes what they leave once the
+		// state ends.
+		return false, false
 	}
 	return false, c.scheduleLocked()
 }

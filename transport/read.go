@@ -27,10 +27,7 @@ func (c *conn) onTraffic() (keep bool) {
 	// While senders write their own batches (conn.writeStreaming), what
 	// they have not yet filled is theirs: an ack read here does not cut
 	// it into a partial batch.
-	streamed := c.mu.streaming
-	if streamed && !c.streaming(c.node.now()) {
-		c.mu.streaming, streamed = false, false // gone stale before the timer looked
-	}
+	streamed := c.mu.streaming && c.streamingLocked(c.node.now())
 	c.mu.Unlock()
 	// A flush scheduled while reading woke nobody (scheduleLocked): it
 	// happens here, as it does after every complete read.

@@ -128,11 +128,17 @@ func (t *timers) wakeConn(c *conn, at int64) {
 		t.mu.Unlock()
 		return
 	}
+	t.flushAtLocked(c, at)
+	t.mu.Unlock()
+	t.poke()
+}
+
+// flushAtLocked has the timer flush c at at, or sooner if it already
+// would. The caller holds t.mu.
+func (t *timers) flushAtLocked(c *conn, at int64) {
 	if cur, ok := t.mu.conns[c]; !ok || at < cur {
 		t.mu.conns[c] = at
 	}
-	t.mu.Unlock()
-	t.poke()
 }
 
 func (t *timers) watchHandshake(c *conn) {
@@ -195,9 +201,7 @@ func (t *timers) run() {
 		for i, c := range flush {
 			if at, ok := c.streamDeadline(now); ok {
 				t.mu.Lock()
-				if cur, ok := t.mu.conns[c]; !ok || at < cur {
-					t.mu.conns[c] = at
-				}
+				t.flushAtLocked(c, at)
 				t.mu.sleepTill = min(t.mu.sleepTill, at)
 				t.mu.Unlock()
 				next = min(next, at)
