@@ -190,9 +190,9 @@ func TestMessageHeadsMatchVarints(t *testing.T) {
 				if got := AppendMessageHead(nil, prev, cur, n); !bytes.Equal(got, want) {
 					t.Errorf("AppendMessageHead(%d, %d, %d) = %x, want %x", prev, cur, n, got, want)
 				}
-				h, ok := ShortMessageHead(prev, cur, n)
-				if ok != (len(want) == 2) || ok && !bytes.Equal(h[:], want) {
-					t.Errorf("ShortMessageHead(%d, %d, %d) = %x, %v; the head is %x", prev, cur, n, h, ok, want)
+				d, l, ok := ShortMessageHead(prev, cur, n)
+				if ok != (len(want) == 2) || ok && !bytes.Equal([]byte{d, l}, want) {
+					t.Errorf("ShortMessageHead(%d, %d, %d) = %x %x, %v; the head is %x", prev, cur, n, d, l, ok, want)
 				}
 			}
 		}

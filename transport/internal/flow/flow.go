@@ -16,6 +16,7 @@
 package flow
 
 import (
+	"encoding/binary"
 	"sort"
 
 	"github.com/sluicehq/sluice/lossdetect"
@@ -175,8 +176,11 @@ func (s *Source) TryPushRun(msgs []wire.Message, maxPayload int) int {
 // inlines: a call of AppendMessageHead for every message was about a tenth
 // of a push's instructions (callgrind: 25 of 221).
 func (s *Source) shortHead(ts int64, size int) []byte {
-	if h, ok := wire.ShortMessageHead(s.lastTs, ts, size); ok {
-		s.head[0], s.head[1] = h[0], h[1]
+	if d, n, ok := wire.ShortMessageHead(s.lastTs, ts, size); ok {
+		// One two-byte store: the window reads the head back as two bytes
+		// at once, which two one-byte stores cannot forward to (a stall on
+		// every message).
+		binary.LittleEndian.PutUint16(s.head[:2], uint16(d)|uint16(n)<<8)
 		return s.head[:2]
 	}
 	return nil

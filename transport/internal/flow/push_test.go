@@ -91,3 +91,33 @@ func TestTryPushRunIsTryPushOneByOne(t *testing.T) {
 		t.Fatalf("the messages never made a ring grow (%d) or were never refused (%d): the test checks too little", grew, refused)
 	}
 }
+
+// BenchmarkTryPushRun pushes runs of 64 messages of 100 bytes, as loadgen's
+// producers send them, into a default window (4096 messages, 1 MiB) that
+// each run's ack empties again.
+func BenchmarkTryPushRun(b *testing.B) {
+	msgs := make([]wire.Message, 64)
+	for i := range msgs {
+		msgs[i] = wire.Message{Ts: int64(i), Payload: bytes.Repeat([]byte{byte(i)}, 100)}
+	}
+	src := New(window.DefaultConfig(), lossdetect.DefaultConfig(), 1, nil)
+	// Grow the rings to their full size so that the loop measures the
+	// steady state.
+	for ts := int64(0); ; ts++ {
+		if _, err := src.Push(ts, msgs[0].Payload); err != nil {
+			break
+		}
+	}
+	src.win.MarkSent(src.win.NextSeq())
+	src.win.Ack(src.win.NextSeq())
+	b.SetBytes(int64(100 * len(msgs)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if n := src.TryPushRun(msgs, 1<<20); n != len(msgs) {
+			b.Fatalf("pushed %d of %d", n, len(msgs))
+		}
+		src.win.MarkSent(src.win.NextSeq())
+		src.win.Ack(src.win.NextSeq())
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(msgs)), "ns/msg")
+}
