@@ -103,9 +103,14 @@ type conn struct {
 		// streaming is set while the connection is stream-driven: its
 		// senders write their full batches themselves (writeStreaming).
 		streaming bool
-		closed    bool
-		outTable  *taskid.Table
-		outByNum  []*channel
+		// streamer is the channel whose sender last made the connection
+		// stream-driven (nil if a wait for many channels' credit did):
+		// while the state lasts its pushes wake no loop and write no
+		// message alone, however few of its messages are unacknowledged.
+		streamer *channel
+		closed   bool
+		outTable *taskid.Table
+		outByNum []*channel
 		// retired are closed channels' numbers, held back from reuse until
 		// a PONG to a PING sent after their CLOSE shows that no ack for
 		// them can still be on its way.

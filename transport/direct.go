@@ -82,7 +82,7 @@ const streamHold = int64(100 * time.Microsecond)
 // writes its channel's unsent tail itself (channel.writeOwnTail).
 //
 // It reports whether it wrote a batch.
-func (c *conn) writeStreaming() bool {
+func (c *conn) writeStreaming(ch *channel) bool {
 	if !c.wmu.TryLock() {
 		return false // the loop or another sender writes; it takes what waits
 	}
@@ -101,7 +101,7 @@ func (c *conn) writeStreaming() bool {
 	// A full batch of its own (not the batch of an idle connection,
 	// flushDirect, which may hold many channels' messages): the sender
 	// outruns the loop.
-	c.markStreaming(c.node.now())
+	c.markStreaming(c.node.now(), ch)
 	return true
 }
 
@@ -109,11 +109,14 @@ func (c *conn) writeStreaming() bool {
 // stream-driven from now, after a sender wrote a full batch itself or
 // ended a wait for its window's credit, with the node's timer to look at
 // it after streamHold.
-func (c *conn) markStreaming(now int64) {
+func (c *conn) markStreaming(now int64, ch *channel) {
 	c.streamAt.Store(now)
 	c.mu.Lock()
 	arm := !c.mu.streaming && !c.mu.closed && c.fd >= 0
 	c.mu.streaming = c.mu.streaming || arm
+	if c.mu.streaming && ch != nil {
+		c.mu.streamer = ch
+	}
 	c.mu.Unlock()
 	if arm {
 		c.node.timers.wakeConn(c, now+streamHold)
@@ -150,7 +153,7 @@ func (c *conn) streamingLocked(now int64) bool {
 	if c.mu.streaming && now-c.streamAt.Load() < streamHold {
 		return true
 	}
-	c.mu.streaming = false
+	c.mu.streaming, c.mu.streamer = false, nil
 	return false
 }
 

@@ -80,17 +80,19 @@ func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake boo
 	if c.mu.scheduled {
 		return false, false
 	}
+	if c.mu.streaming && (!mayDirect || ch == c.mu.streamer) && c.streamingLocked(c.node.now()) {
+		// Stream-driven (see writeStreaming): the streaming senders write
+		// the batches, and the loop flushes what they leave once the
+		// state ends. The streamer's own channel counts as streaming
+		// however few of its messages are unacknowledged: a receiver
+		// that caught up during its sender's wait acknowledged them all.
+		return false, false
+	}
 	if mayDirect && c.fd >= 0 && !c.linkBuffered.Load() && c.state.Load() == stOpen &&
 		c.node.now()-c.lastWrite.Load() >= max(directGap, c.writeCost.Load()) {
 		// Claimed: nobody schedules the loop while the caller writes.
 		c.mu.scheduled = true
 		return true, false
-	}
-	if !mayDirect && c.mu.streaming && c.streamingLocked(c.node.now()) {
-		// Stream-driven (see writeStreaming): the streaming senders write
-		// the batches, and the loop flushes what they leave once the
-		// state ends.
-		return false, false
 	}
 	return false, c.scheduleLocked()
 }

@@ -286,7 +286,7 @@ func (ch *channel) closedErrLocked() error {
 // writeFullBatches writes the channel's full batches on c from the calling
 // sender's goroutine (conn.writeStreaming), as long as it has another.
 func (ch *channel) writeFullBatches(c *conn) {
-	for c != nil && c.writeStreaming() {
+	for c != nil && c.writeStreaming(ch) {
 		ch.mu.Lock()
 		more := ch.mu.conn == c && ch.mu.queued && !ch.mu.closed && ch.mu.src.UnsentBytes() >= ch.fullBatch
 		ch.mu.Unlock()
@@ -337,7 +337,7 @@ func (ch *channel) waitCredit(ctx context.Context, ts int64, size int) error {
 	// one channel: the loop batches what many send, as before.
 	if !budgetShort {
 		if c := ch.writeOwnTail(); c != nil {
-			defer func() { c.markStreaming(p.node.now()) }()
+			defer func() { c.markStreaming(p.node.now(), ch) }()
 		}
 	}
 	var retry <-chan time.Time

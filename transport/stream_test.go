@@ -164,6 +164,55 @@ func TestAStreamingSenderWritesItsTailBeforeItWaits(t *testing.T) {
 	waitDelivered(t, col, int64(sent))
 }
 
+// A producer that feeds its channel with TrySendRun and waits in
+// Peer.WaitCredit when it has no credit (loadgen's producers) does the
+// same: with the loop unable to write anything, nothing is left unsent
+// once it waits, and the end of the wait keeps the connection
+// stream-driven.
+func TestAStreamingProducerWritesItsTailBeforeWaitCredit(t *testing.T) {
+	s, c, col := streamPair(t)
+	release := holdLoop(t, c)
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	sent := 1
+	for {
+		msgs := make([]Message, 64)
+		for i := range msgs {
+			msgs[i] = Message{Payload: payload(uint64(sent+i), 100)}
+		}
+		k, err := s.TrySendRun(msgs)
+		sent += k
+		if errors.Is(err, ErrNoCredit) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u := unsentBytes(s); u == 0 {
+		t.Fatal("the window's last messages fill no batch and should wait unsent: no tail to test with")
+	}
+	waitStart := c.node.now()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	err := s.Peer().WaitCredit(ctx, s.Peer().CreditMark())
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitCredit with the loop held: %v, want the context's deadline", err)
+	}
+	if u := unsentBytes(s); u != 0 {
+		t.Fatalf("the producer waited for credit with %d bytes unsent", u)
+	}
+	if at := c.streamAt.Load(); at < waitStart+int64(40*time.Millisecond) {
+		t.Errorf("the wait for credit that ended at %d did not keep the connection stream-driven (last at %d)", c.node.now(), at)
+	}
+	release()
+	release = nil
+	waitDelivered(t, col, int64(sent))
+}
+
 // A sender whose window never fills halfway, however many messages it has
 // unacknowledged, leaves its connection as it was: never stream-driven,
 // its messages written by itself on an idle connection or by the loop.
@@ -198,16 +247,20 @@ func TestTheStreamDrivenStateOfAConnection(t *testing.T) {
 	c, lk, fds := socketConn(t)
 	c.state.Store(stOpen)
 	defer c.close(context.Canceled)
-	queue := func() (wake bool) {
-		_, wake = c.enqueue(&channel{}, 100, false)
+	enqueue := func(ch *channel, mayDirect bool) (direct, wake bool) {
+		direct, wake = c.enqueue(ch, 100, mayDirect)
 		c.mu.Lock()
 		c.mu.ready, c.mu.readyHead = c.mu.ready[:0], 0
 		c.mu.scheduled = false
 		c.mu.Unlock()
+		return direct, wake
+	}
+	queue := func() (wake bool) { // a streaming channel (many unacknowledged)
+		_, wake = enqueue(&channel{}, false)
 		return wake
 	}
 
-	c.markStreaming(c.node.now())
+	c.markStreaming(c.node.now(), nil)
 	if c.isStreaming() {
 		t.Fatal("a connection without direct writes became stream-driven")
 	}
@@ -218,7 +271,7 @@ func TestTheStreamDrivenStateOfAConnection(t *testing.T) {
 
 	// Times in the future: the state cannot go stale while the test looks.
 	t0 := c.node.now() + int64(time.Hour)
-	c.markStreaming(t0)
+	c.markStreaming(t0, nil)
 	if !c.isStreaming() {
 		t.Fatal("a sender's full batch did not make the connection stream-driven")
 	}
@@ -236,8 +289,28 @@ func TestTheStreamDrivenStateOfAConnection(t *testing.T) {
 		t.Error("once the state ended, a streaming channel did not wake the loop")
 	}
 
+	// The channel whose sender made the connection stream-driven counts as
+	// streaming however few of its messages are unacknowledged: it neither
+	// writes one message alone nor wakes the loop. Another channel with few
+	// does, as on any connection.
+	streamer := &channel{}
+	c.markStreaming(t0, streamer)
+	if direct, wake := enqueue(streamer, true); direct || wake {
+		t.Errorf("the streamer's channel with few unacknowledged, queued on its stream-driven connection: direct %v, wake %v; want neither", direct, wake)
+	}
+	if direct, wake := enqueue(&channel{}, true); !direct && !wake {
+		t.Error("another channel with few unacknowledged, queued on a stream-driven connection, neither wrote nor woke the loop")
+	}
+	c.mu.Lock()
+	c.streamingLocked(t0 + streamHold) // ends the state
+	kept := c.mu.streamer
+	c.mu.Unlock()
+	if kept != nil {
+		t.Error("the state ended and the connection still holds its streamer")
+	}
+
 	// Gone stale before the timer looked: the next channel queued ends it.
-	c.markStreaming(c.node.now() - 2*streamHold)
+	c.markStreaming(c.node.now()-2*streamHold, nil)
 	if !c.isStreaming() {
 		t.Fatal("the state did not begin")
 	}
@@ -245,7 +318,7 @@ func TestTheStreamDrivenStateOfAConnection(t *testing.T) {
 		t.Error("a streaming channel queued on a stale stream-driven connection did not wake the loop and end the state")
 	}
 	// So does a read.
-	c.markStreaming(c.node.now() - 2*streamHold)
+	c.markStreaming(c.node.now()-2*streamHold, nil)
 	lk.in = wire.AppendPing(nil, 1, 0)
 	if !c.onTraffic() {
 		t.Fatal("the connection closed on a PING")
