@@ -22,7 +22,11 @@ func (p *Peer) CreditMark() uint64 { return p.budget.gen.Load() }
 //		}
 //	}
 //
-// Wake-ups may be spurious. Safe for concurrent use.
+// Wake-ups may be spurious. While the peer's budget is not short (the
+// channels' windows are full), a caller about to wait first writes what its
+// channels left unsent on connections that take direct writes, and after
+// the wait leaves their full batches to it as Send's wait does (see the
+// package doc). Safe for concurrent use.
 func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 	w := p.budget.wait()
 	defer p.budget.done()
