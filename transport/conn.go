@@ -104,9 +104,9 @@ type conn struct {
 		// senders write their full batches themselves (writeStreaming).
 		streaming bool
 		// streamer is the channel whose sender last made the connection
-		// stream-driven (nil if a wait for many channels' credit did):
-		// while the state lasts its pushes wake no loop and write no
-		// message alone, however few of its messages are unacknowledged.
+		// stream-driven: while the state lasts its pushes wake no loop
+		// and write no message alone, however few of its messages are
+		// unacknowledged.
 		streamer *channel
 		closed   bool
 		outTable *taskid.Table

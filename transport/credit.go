@@ -22,11 +22,7 @@ func (p *Peer) CreditMark() uint64 { return p.budget.gen.Load() }
 //		}
 //	}
 //
-// Wake-ups may be spurious. While the peer's budget is not short (the
-// channels' windows are full), a caller about to wait first writes what its
-// channels left unsent on connections that take direct writes, and after
-// the wait leaves their full batches to it as Send's wait does (see the
-// package doc). Safe for concurrent use.
+// Wake-ups may be spurious. Safe for concurrent use.
 func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 	w := p.budget.wait()
 	defer p.budget.done()
@@ -47,26 +43,6 @@ func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 		t := time.NewTimer(reclaimEvery)
 		defer t.Stop()
 		retry = t.C
-	} else {
-		// The windows are full, not the budget: the producer outruns its
-		// connections. As a Send that waits for its window's credit does
-		// (channel.waitCredit), it writes what it left unsent before it
-		// waits, and its next full batches once credit is back, which the
-		// loop leaves to it meanwhile (conn.writeStreaming). Without that,
-		// its tail waited for the stream-driven state to end, and its
-		// first message after a wait longer than streamHold woke the loop
-		// to write a partial batch.
-		var buf [4]*conn
-		direct := p.appendDirect(buf[:0])
-		for _, c := range direct {
-			c.writeTail()
-		}
-		defer func() {
-			now := p.node.now()
-			for _, c := range direct {
-				c.markStreaming(now, nil)
-			}
-		}()
 	}
 	start := p.node.now()
 	p.credit.begin(start)
@@ -82,27 +58,6 @@ func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 		return ctx.Err()
 	}
 	return nil
-}
-
-// appendDirect appends the peer's connections that take direct writes to
-// dst.
-func (p *Peer) appendDirect(dst []*conn) []*conn {
-	p.mu.Lock()
-	start := len(dst)
-	for _, c := range p.mu.conns {
-		if c != nil {
-			dst = append(dst, c)
-		}
-	}
-	p.mu.Unlock()
-	kept := dst[:start]
-	for _, c := range dst[start:] {
-		if c.takesDirect() {
-			kept = append(kept, c)
-		}
-	}
-	clear(dst[len(kept):])
-	return kept
 }
 
 // Peer is the peer this sender sends to.

@@ -60,8 +60,7 @@ const streamHold = int64(100 * time.Microsecond)
 // are filled is what plain TCP's writer does.
 //
 // A connection on which a sender wrote a full batch itself, or ended a
-// wait for its window's credit (Send's, or Peer.WaitCredit's while the
-// peer's budget is not short), is stream-driven (markStreaming) for
+// wait in Send for its window's credit, is stream-driven (markStreaming) for
 // streamHold after the last such event: streaming channels queued on it do
 // not wake the loop, and the loop does not flush after reading acks. The
 // state ends when the node's timer, or the next channel queued or read,

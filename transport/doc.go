@@ -28,8 +28,7 @@
 // its channel unsent, writes that full batch itself too, as plain TCP's
 // writer does, and its connection is then stream-driven: the loop leaves
 // the streaming channels' batches to their senders until they stop, and a
-// sender about to wait for its window's credit (in Send, or in
-// [Peer.WaitCredit] when no channel of its had any) writes its own tail. A direct write the kernel
+// sender about to wait in Send for its window's credit writes its own tail. A direct write the kernel
 // takes only in part is finished by the loop before anything newer. The receiving loop decodes the batch in place, checks
 // channel, epoch and sequence (lossdetect.Receiver), and hands accepted
 // runs to the target task: by default into its bounded inbox, whose handler

@@ -164,55 +164,6 @@ func TestAStreamingSenderWritesItsTailBeforeItWaits(t *testing.T) {
 	waitDelivered(t, col, int64(sent))
 }
 
-// A producer that feeds its channel with TrySendRun and waits in
-// Peer.WaitCredit when it has no credit (loadgen's producers) does the
-// same: with the loop unable to write anything, nothing is left unsent
-// once it waits, and the end of the wait keeps the connection
-// stream-driven.
-func TestAStreamingProducerWritesItsTailBeforeWaitCredit(t *testing.T) {
-	s, c, col := streamPair(t)
-	release := holdLoop(t, c)
-	defer func() {
-		if release != nil {
-			release()
-		}
-	}()
-	sent := 1
-	for {
-		msgs := make([]Message, 64)
-		for i := range msgs {
-			msgs[i] = Message{Payload: payload(uint64(sent+i), 100)}
-		}
-		k, err := s.TrySendRun(msgs)
-		sent += k
-		if errors.Is(err, ErrNoCredit) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if u := unsentBytes(s); u == 0 {
-		t.Fatal("the window's last messages fill no batch and should wait unsent: no tail to test with")
-	}
-	waitStart := c.node.now()
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	err := s.Peer().WaitCredit(ctx, s.Peer().CreditMark())
-	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("WaitCredit with the loop held: %v, want the context's deadline", err)
-	}
-	if u := unsentBytes(s); u != 0 {
-		t.Fatalf("the producer waited for credit with %d bytes unsent", u)
-	}
-	if at := c.streamAt.Load(); at < waitStart+int64(40*time.Millisecond) {
-		t.Errorf("the wait for credit that ended at %d did not keep the connection stream-driven (last at %d)", c.node.now(), at)
-	}
-	release()
-	release = nil
-	waitDelivered(t, col, int64(sent))
-}
-
 // A sender whose window never fills halfway, however many messages it has
 // unacknowledged, leaves its connection as it was: never stream-driven,
 // its messages written by itself on an idle connection or by the loop.
