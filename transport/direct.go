@@ -62,7 +62,9 @@ const streamHold = int64(100 * time.Microsecond)
 // A connection on which a sender wrote a full batch itself, or ended a
 // wait in Send for its window's credit, is stream-driven (markStreaming) for
 // streamHold after the last such event: streaming channels queued on it do
-// not wake the loop, and the loop does not flush after reading acks. The
+// not wake the loop (the channel whose sender made it so counts as streaming
+// however few of its messages are unacknowledged, conn.enqueue), and the
+// loop does not flush after reading acks. The
 // state ends when the node's timer, or the next channel queued or read,
 // finds it stale, and the loop then flushes what the senders left; the
 // latter two do not depend on the timer goroutine getting a P (a gnet loop
