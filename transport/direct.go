@@ -110,7 +110,7 @@ func (c *conn) writeStreaming(ch *channel) bool {
 // markStreaming makes a connection that takes direct writes
 // stream-driven from now, after a sender wrote a full batch itself or
 // ended a wait for its window's credit, with the node's timer to look at
-// it after streamHold.
+// it after streamHold. A connection without direct writes stays as it is.
 func (c *conn) markStreaming(now int64, ch *channel) {
 	c.streamAt.Store(now)
 	c.mu.Lock()

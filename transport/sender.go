@@ -125,11 +125,7 @@ func (ch *channel) push(ts int64, payload []byte) error {
 	ch.mu.Lock()
 	if ch.onlyWindowLocked() && len(payload) <= ch.maxPayload {
 		if _, ok := ch.mu.src.TryPush(ts, payload); ok {
-			if ch.mu.src.UnsentBytes() < ch.fullBatch {
-				ch.mu.Unlock()
-				return nil
-			}
-			c := ch.mu.conn // queued: on a connection
+			c := ch.fullBatchConnLocked()
 			ch.mu.Unlock()
 			ch.writeFullBatches(c)
 			return nil
@@ -154,8 +150,8 @@ func (ch *channel) unlockAndWrite() {
 	c, w := ch.mu.direct, ch.mu.wake
 	ch.mu.direct, ch.mu.wake = nil, nil
 	var s *conn
-	if c == nil && ch.mu.queued && !ch.mu.closed && ch.mu.src.UnsentBytes() >= ch.fullBatch {
-		s = ch.mu.conn
+	if c == nil {
+		s = ch.fullBatchConnLocked()
 	}
 	ch.mu.Unlock()
 	if c != nil {
@@ -283,12 +279,22 @@ func (ch *channel) closedErrLocked() error {
 	return ErrClosed
 }
 
+// fullBatchConnLocked returns the connection on which the channel's sender
+// is to write a full batch itself (conn.writeStreaming), or nil if it has
+// no full batch unsent. The caller holds ch.mu.
+func (ch *channel) fullBatchConnLocked() *conn {
+	if ch.mu.queued && !ch.mu.closed && ch.mu.src.UnsentBytes() >= ch.fullBatch {
+		return ch.mu.conn // queued: on a connection
+	}
+	return nil
+}
+
 // writeFullBatches writes the channel's full batches on c from the calling
 // sender's goroutine (conn.writeStreaming), as long as it has another.
 func (ch *channel) writeFullBatches(c *conn) {
 	for c != nil && c.writeStreaming(ch) {
 		ch.mu.Lock()
-		more := ch.mu.conn == c && ch.mu.queued && !ch.mu.closed && ch.mu.src.UnsentBytes() >= ch.fullBatch
+		more := ch.fullBatchConnLocked() == c
 		ch.mu.Unlock()
 		if !more {
 			return
@@ -298,19 +304,16 @@ func (ch *channel) writeFullBatches(c *conn) {
 
 // writeOwnTail writes the channel's unsent messages from the calling
 // sender's goroutine before it waits (for its window's credit, in Flush),
-// if its connection takes direct writes: on a stream-driven connection
-// nothing else would write them before that state ends, and elsewhere it
-// saves the loop the batch. It returns that connection, or nil if there is
-// none that takes direct writes.
+// if its connection takes direct writes (conn.writeTail): on a
+// stream-driven connection nothing else would write them before that state
+// ends, and elsewhere it saves the loop the batch. It returns the
+// channel's connection, nil if it has none.
 func (ch *channel) writeOwnTail() *conn {
 	ch.mu.Lock()
 	c := ch.mu.conn
 	tail := ch.mu.queued && !ch.mu.closed && ch.mu.src.UnsentBytes() > 0
 	ch.mu.Unlock()
-	if c == nil || !c.takesDirect() {
-		return nil
-	}
-	if tail {
+	if c != nil && tail {
 		c.writeTail()
 	}
 	return c
