@@ -50,6 +50,9 @@ type conn struct {
 	peer   *Peer // nil for an accepted connection
 	slot   int   // the peer's connection slot
 	stream uint64
+	// lk and faults are set once, under mu, by the loop that opens the
+	// connection (setLink); the loop, and anyone who saw the connection
+	// open (state), read them without mu, others (Node.abort) with it.
 	lk     link
 	faults *faultLink // lk, when the node injects faults; nil otherwise
 	remote string
@@ -242,18 +245,22 @@ func (c *conn) ping(token int64) {
 // fd >= 0 enables direct writes on a duplicate of it. It runs before the
 // link delivers any event.
 func (c *conn) setLink(lk link, fd int) {
+	var faults *faultLink
 	if m := newFaultModel(c.node.o.faults, c.stream, &c.node.faultN); m != nil {
 		heal := func() {
 			if !c.onTraffic() {
 				_ = c.lk.Close()
 			}
 		}
-		c.faults = newFaultLink(lk, m, c.node.now, heal, c.flush)
-		c.lk = c.faults
-		return
+		faults = newFaultLink(lk, m, c.node.now, heal, c.flush)
+		lk = faults
 	}
-	c.lk = lk
-	if fd >= 0 {
+	// Under c.mu: a node shutting down closes its connections from its own
+	// goroutine (Node.abort), maybe while a loop opens this one.
+	c.mu.Lock()
+	c.lk, c.faults = lk, faults
+	c.mu.Unlock()
+	if faults == nil && fd >= 0 { // no direct writes past injected faults
 		c.setDirectFD(fd)
 	}
 }
@@ -272,9 +279,10 @@ func (c *conn) close(err error) {
 		c.fd = -1
 	}
 	c.fdMu.Unlock()
+	faults := c.faults // set by the loop (setLink); this may be another goroutine
 	c.mu.Unlock()
-	if c.faults != nil {
-		c.faults.stop()
+	if faults != nil {
+		faults.stop()
 	}
 	if err == nil {
 		err = io.EOF

@@ -420,8 +420,11 @@ func (n *Node) forget(c *conn) {
 // abort closes c from any goroutine.
 func (n *Node) abort(c *conn, err error) {
 	c.close(err)
-	if c.lk != nil {
-		_ = c.lk.Close()
+	c.mu.Lock()
+	lk := c.lk // set by the loop that opens c (setLink)
+	c.mu.Unlock()
+	if lk != nil {
+		_ = lk.Close()
 	}
 }
 
