@@ -49,8 +49,9 @@ type Run struct {
 	// PID is the process that received the messages (or echoed them).
 	PID int `json:"pid"`
 	// Figures are the run's measurements by metric name; a name ending in
-	// "_us" is microseconds, "msgs_per_s" messages per second,
-	// "cpu_ns_per_msg" nanoseconds of CPU time per message.
+	// "_us" is microseconds, "_share" a fraction (printed in percent),
+	// "msgs_per_s" messages per second, "cpu_ns_per_msg" nanoseconds of
+	// CPU time per message.
 	Figures map[string]float64 `json:"figures"`
 	// Sent and Delivery are set by runs that check delivery; ExactlyOnce
 	// is then whether Delivery holds every message sent, once.
@@ -264,6 +265,8 @@ func formatFigure(metric string, v float64) string {
 		return siUnit(v, "msgs/s")
 	case metric == "cpu_ns_per_msg":
 		return sig3(v) + " ns CPU"
+	case strings.HasSuffix(metric, "_share"):
+		return sig3(100*v) + " %"
 	}
 	return sig3(v)
 }

@@ -51,14 +51,15 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("bench", "Measures, in one run, the transport's throughput (one channel at full speed: runs as\n"+
 		"'loadgen run --scenario transport' sends them, and one Send per message), its latency at a fixed rate, and\n"+
 		"its ping-pong round trip, for the default and the net backend, each beside plain TCP measured in the same run\n"+
-		"(the 64 KiB ideal-batching ceiling; the same fixed-rate driver writing each message; a TCP echo), in one\n"+
+		"(the 64 KiB ideal-batching ceiling; the same fixed-rate driver writing each message; a TCP echo; and, as the\n"+
+		"machine's floor, the driver alone and how long the CPUs stall under a thread spinning on each), in one\n"+
 		"process and across two (this binary re-executed as 'loadgen benchpeer' hosts the receiving end). Prints every\n"+
 		"figure with its baseline, the ratio, the goal of issue 14 and whether it was met, and writes bench.json and\n"+
 		"bench.md to --out. Exits with status 1 if a checked case lost or repeated a message; goals not met do not\n"+
 		"change the exit status.", stderr)
 	var c benchConfig
 	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (12 per topology with every group, 24 in all)")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (12 per topology with every group, 24 in all; the CPU stall probe at most 3s)")
 	cases := fs.String("cases", strings.Join(benchGroups, ","), "which groups of cases to measure, each with its own baselines: "+strings.Join(benchGroups, ", "))
 	fs.Float64Var(&c.rate, "rate", 100_000, "messages per second of the fixed-rate cases")
 	fs.StringVar(&c.topologies, "topology", "both", "which topologies to measure: one (two nodes in one process), two (two processes) or both")
@@ -104,6 +105,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"throughput is messages delivered and checked by the receiver divided by the time from the first send to the last delivery",
 		"the receiving transport tasks run inline (Node.HandleInline) in the throughput and fixed-rate cases, as loadgen run --scenario transport does by default; the ping-pong tasks run on their own goroutines (Node.Handle), as BenchmarkTransportPingPong does",
 		fmt.Sprintf("the fixed-rate driver sleeps on a Go timer and then in the kernel (nanosleep) for the last 2 ms of each wait, never spinning, and sends what fell due in a burst (bench.FixedRate, load.Clock), for the transport and plain TCP alike; latency is from each message's intended send time; the driver alone, sending nothing, is how late this machine lets it hand messages over, a floor under every fixed-rate figure; plain TCP writes each message with a system call of its own, the best latency while the machine keeps up with %v writes a second, and the worst once it does not (its driver lag says which)", c.rate),
+		"CPU stalls: before the fixed-rate cases a thread pinned to each CPU spins for up to 3 s and counts every gap of 50 µs or more between its clock reads (bench.MeasureStalls): the guest's, when its kernel ran something else there, or the host's, when the thread was not switched out and the (virtual) CPU itself stopped; a p99.9 of 1 M messages at 100 k msgs/s is the 1000th latest, within reach of a few such stalls",
 		"goals are the default backend's (issue 14); the net backend's rows are for comparison")
 	if c.topologies != "one" {
 		sc.Notes = append(sc.Notes, "two processes: this binary re-executed as 'loadgen benchpeer' (os.Executable) hosts the receiving node, TCP reader or echo; it is driven over a pipe of JSON lines")
@@ -156,6 +158,7 @@ func (b *bencher) steps() []benchStep {
 		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendNet, true) }},
 		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, false) }},
 		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendNet, false) }},
+		{"fixed", b.vcpuStalls},
 		{"fixed", b.driverAlone},
 		{"fixed", b.tcpFixed},
 		{"fixed", func(ctx context.Context) error { return b.transportFixed(ctx, backendDefault) }},
@@ -215,8 +218,8 @@ func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Sc
 		if !c.groups[r.group] {
 			continue
 		}
-		if r.fig.Metric == "cpu_ns_per_msg" && !sc.HasFigures(r.fig) {
-			continue // process CPU time is not read here (not Linux)
+		if (r.fig.Metric == "cpu_ns_per_msg" || r.fig.Run == prefix+"fixed/stalls") && !sc.HasFigures(r.fig) {
+			continue // process CPU time and the stall probe need Linux
 		}
 		if err := sc.Compare(r.what, r.fig, r.base, r.baseName, r.goal); err != nil {
 			return err
@@ -259,6 +262,12 @@ func benchRows(prefix string, rate float64) []benchRow {
 	fixed := "fixed " + strconv.FormatFloat(rate, 'f', -1, 64) + " msgs/s"
 	for _, m := range []struct{ metric, name string }{{"p50_us", "p50"}, {"p99_us", "p99"}, {"p999_us", "p99.9"}, {"max_lag_us", "max lag"}} {
 		rows = append(rows, benchRow{"fixed", fixed + ": " + m.name + ", the driver alone (the machine's floor)", ref("fixed/driver", m.metric), nil, "", nil})
+	}
+	for _, m := range []struct{ metric, name string }{
+		{"longest_us", "longest"}, {"over_1ms", "over 1 ms"}, {"host_longest_us", "the host's longest"},
+		{"host_over_1ms", "the host's over 1 ms"}, {"lost_share", "share of CPU time lost"},
+	} {
+		rows = append(rows, benchRow{"fixed", "CPU stalls, " + m.name + " (what the machine takes from any program)", ref("fixed/stalls", m.metric), nil, "", nil})
 	}
 	for _, be := range []string{backendDefault, backendNet} {
 		run := "fixed/" + be

@@ -47,7 +47,7 @@ var issue14 = append([]wantRow{
 	{"pingpong/default", "p99_us", "pingpong/tcp", &bench.Goal{On: "ratio", Op: "<=", Limit: 4}},
 	{"pingpong/net", "p50_us", "pingpong/tcp", nil},
 	{"pingpong/net", "p99_us", "pingpong/tcp", nil},
-}, cpuRows()...)
+}, append(cpuRows(), stallRows()...)...)
 
 // wantRow is a row loadgen bench must print: a run's metric, the run it is
 // held against ("": none), and its goal.
@@ -73,6 +73,23 @@ func cpuRows() []wantRow {
 	rows := []wantRow{{cpuCases[0], "cpu_ns_per_msg", "", nil}}
 	for _, id := range cpuCases[1:] {
 		rows = append(rows, wantRow{id, "cpu_ns_per_msg", cpuCases[0], nil})
+	}
+	return rows
+}
+
+// probesStalls says whether loadgen bench measures the CPUs' stalls here
+// (bench.MeasureStalls: Linux).
+var probesStalls = runtime.GOOS == "linux"
+
+// stallRows are the rows of the CPU stalls measured before the fixed-rate
+// cases, where they are measured: figures alone, no baseline, no goal.
+func stallRows() []wantRow {
+	if !probesStalls {
+		return nil
+	}
+	var rows []wantRow
+	for _, m := range []string{"longest_us", "over_1ms", "host_longest_us", "host_over_1ms", "lost_share"} {
+		rows = append(rows, wantRow{"fixed/stalls", m, "", nil})
 	}
 	return rows
 }
@@ -145,8 +162,9 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 				t.Errorf("run %s is labelled %q, want %q", r.ID, r.Topology, topo.name)
 			}
 			switch {
-			case strings.HasSuffix(r.ID, "fixed/driver"):
-				// The driver alone has no receiving end: it runs in bench.
+			case strings.HasSuffix(r.ID, "fixed/driver"), strings.HasSuffix(r.ID, "fixed/stalls"):
+				// The driver alone and the stall probe have no receiving
+				// end: they run in bench.
 				if r.PID != benchPID {
 					t.Errorf("run %s ran in pid %d, not in loadgen bench's %d", r.ID, r.PID, benchPID)
 				}
@@ -225,6 +243,15 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 	}
 	if len(sc.Rows) != 2*len(issue14) {
 		t.Errorf("%d rows, want %d", len(sc.Rows), 2*len(issue14))
+	}
+	for _, topo := range []string{"1p/", "2p/"} {
+		if !probesStalls {
+			break
+		}
+		longest, host, share := figure(topo+"fixed/stalls", "longest_us"), figure(topo+"fixed/stalls", "host_longest_us"), figure(topo+"fixed/stalls", "lost_share")
+		if host > longest || !(share >= 0 && share <= 1) {
+			t.Errorf("%sfixed/stalls: longest %v µs, the host's %v µs, %v of the time lost", topo, longest, host, share)
+		}
 	}
 	for _, topo := range []string{"1p/", "2p/"} {
 		if !readsCPU {
@@ -395,8 +422,12 @@ func TestBenchInOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sc.Runs) != 12 || len(sc.Rows) != len(issue14) || !sc.ExactlyOnce {
-		t.Errorf("%d runs, %d rows, exactly once %v; want 12, %d, true", len(sc.Runs), len(sc.Rows), sc.ExactlyOnce, len(issue14))
+	runs := 12
+	if probesStalls {
+		runs++
+	}
+	if len(sc.Runs) != runs || len(sc.Rows) != len(issue14) || !sc.ExactlyOnce {
+		t.Errorf("%d runs, %d rows, exactly once %v; want %d, %d, true", len(sc.Runs), len(sc.Rows), sc.ExactlyOnce, runs, len(issue14))
 	}
 	for _, r := range sc.Runs {
 		if r.PID != os.Getpid() || r.Topology != topoOne || !strings.HasPrefix(r.ID, "1p/") {

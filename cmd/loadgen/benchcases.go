@@ -322,6 +322,26 @@ func (b *bencher) tcpFixed(ctx context.Context) error {
 	return b.add(run)
 }
 
+// stallProbe is the longest the stall probe spins on each CPU: long
+// enough to catch the VM's periodic work (a few stalls of milliseconds in
+// any ten seconds on the 2-core VMs measured), short beside the cases.
+const stallProbe = 3 * time.Second
+
+// vcpuStalls measures what the machine takes from its CPUs
+// (bench.MeasureStalls) for the fixed-rate cases' scorecard; where the
+// probe cannot run (not Linux) the rows are left out.
+func (b *bencher) vcpuStalls(ctx context.Context) error {
+	s, err := bench.MeasureStalls(ctx, min(b.cfg.duration, stallProbe))
+	if errors.Is(err, bench.ErrNoStallProbe) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("fixed/stalls: %w", err)
+	}
+	return b.add(bench.Run{ID: "fixed/stalls", Case: "fixed rate", Subject: fmt.Sprintf("a thread spinning on each of %d CPUs", s.CPUs),
+		PID: os.Getpid(), DurationS: s.Duration.Seconds(), Figures: s.Figures()})
+}
+
 // driverAlone runs the fixed-rate driver with nothing to send, recording
 // how late it hands each message over: the floor of every fixed-rate figure
 // on this machine, as BenchmarkFixedRate100kDriverAlone measures it.
