@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
@@ -34,9 +35,19 @@ func (b *bencher) add(r bench.Run) error {
 	r.ID = b.prefix + r.ID
 	r.Topology = b.topo
 	line := fmt.Sprintf("loadgen bench: %s, %s, %s (receiver pid %d):", r.Topology, r.Case, r.Subject, r.PID)
-	for _, k := range []string{"msgs_per_s", "cpu_ns_per_msg", "cpu_cores", "p50_us", "p99_us", "p999_us", "max_lag_us"} {
-		if v, ok := r.Figures[k]; ok {
+	known := []string{"msgs_per_s", "cpu_ns_per_msg", "cpu_cores", "p50_us", "p99_us", "p999_us", "max_lag_us"}
+	var rest []string
+	for k := range r.Figures {
+		if !slices.Contains(known, k) {
+			rest = append(rest, k)
+		}
+	}
+	slices.Sort(rest)
+	for i, k := range append(known, rest...) {
+		if v, ok := r.Figures[k]; ok && i < len(known) {
 			line += fmt.Sprintf(" %s %.1f", k, v)
+		} else if ok {
+			line += fmt.Sprintf(" %s %.4g", k, v)
 		}
 	}
 	if r.ExactlyOnce != nil && !*r.ExactlyOnce {
@@ -338,7 +349,7 @@ func (b *bencher) vcpuStalls(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fixed/stalls: %w", err)
 	}
-	return b.add(bench.Run{ID: "fixed/stalls", Case: "fixed rate", Subject: fmt.Sprintf("a thread spinning on each of %d CPUs", s.CPUs),
+	return b.add(bench.Run{ID: "fixed/stalls", Case: "CPU stalls", Subject: fmt.Sprintf("a thread spinning on each of %d CPUs for %v", s.CPUs, s.Duration.Round(time.Millisecond)),
 		PID: os.Getpid(), DurationS: s.Duration.Seconds(), Figures: s.Figures()})
 }
 
