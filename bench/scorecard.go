@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -50,8 +51,8 @@ type Run struct {
 	PID int `json:"pid"`
 	// Figures are the run's measurements by metric name; a name ending in
 	// "_us" is microseconds, "_share" a fraction (printed in percent),
-	// "msgs_per_s" messages per second, "cpu_ns_per_msg" nanoseconds of
-	// CPU time per message.
+	// "_count" a count, "msgs_per_s" messages per second,
+	// "cpu_ns_per_msg" nanoseconds of CPU time per message.
 	Figures map[string]float64 `json:"figures"`
 	// Sent and Delivery are set by runs that check delivery; ExactlyOnce
 	// is then whether Delivery holds every message sent, once.
@@ -267,6 +268,8 @@ func formatFigure(metric string, v float64) string {
 		return sig3(v) + " ns CPU"
 	case strings.HasSuffix(metric, "_share"):
 		return sig3(100*v) + " %"
+	case strings.HasSuffix(metric, "_count"):
+		return strconv.FormatFloat(v, 'f', -1, 64)
 	}
 	return sig3(v)
 }

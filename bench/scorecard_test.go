@@ -138,6 +138,7 @@ func TestFormatFigure(t *testing.T) {
 		{"cpu_ns_per_msg", 168.4, "168 ns CPU"},
 		{"cpu_ns_per_msg", math.Inf(1), "n/a"},
 		{"lost_share", 0.0123, "1.23 %"},
+		{"over_1ms_count", 8, "8"},
 		{"cpu_cores", 1.234, "1.23"},
 	} {
 		if got := formatFigure(tc.metric, tc.v); got != tc.want {

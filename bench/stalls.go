@@ -38,11 +38,11 @@ type Stalls struct {
 // counts.
 func (s Stalls) Figures() map[string]float64 {
 	return map[string]float64{
-		"longest_us":      float64(s.Longest) / 1e3,
-		"host_longest_us": float64(s.HostLongest) / 1e3,
-		"over_1ms":        float64(s.Over1ms),
-		"host_over_1ms":   float64(s.HostOver1ms),
-		"lost_share":      float64(s.Lost) / float64(max(s.Duration*time.Duration(max(s.CPUs, 1)), 1)),
+		"longest_us":          float64(s.Longest) / 1e3,
+		"host_longest_us":     float64(s.HostLongest) / 1e3,
+		"over_1ms_count":      float64(s.Over1ms),
+		"host_over_1ms_count": float64(s.HostOver1ms),
+		"lost_share":          float64(s.Lost) / float64(max(s.Duration*time.Duration(max(s.CPUs, 1)), 1)),
 	}
 }
 

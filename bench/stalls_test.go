@@ -81,7 +81,7 @@ func TestStallFigures(t *testing.T) {
 	s := Stalls{CPUs: 2, Duration: time.Second, Longest: 4 * time.Millisecond, HostLongest: 1500 * time.Microsecond,
 		Over1ms: 5, HostOver1ms: 1, Lost: 20 * time.Millisecond}
 	got := s.Figures()
-	want := map[string]float64{"longest_us": 4000, "host_longest_us": 1500, "over_1ms": 5, "host_over_1ms": 1, "lost_share": 0.01}
+	want := map[string]float64{"longest_us": 4000, "host_longest_us": 1500, "over_1ms_count": 5, "host_over_1ms_count": 1, "lost_share": 0.01}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)

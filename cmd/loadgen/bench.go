@@ -264,8 +264,8 @@ func benchRows(prefix string, rate float64) []benchRow {
 		rows = append(rows, benchRow{"fixed", fixed + ": " + m.name + ", the driver alone (the machine's floor)", ref("fixed/driver", m.metric), nil, "", nil})
 	}
 	for _, m := range []struct{ metric, name string }{
-		{"longest_us", "longest"}, {"over_1ms", "over 1 ms"}, {"host_longest_us", "the host's longest"},
-		{"host_over_1ms", "the host's over 1 ms"}, {"lost_share", "share of CPU time lost"},
+		{"longest_us", "longest"}, {"over_1ms_count", "how many over 1 ms"}, {"host_longest_us", "the host's longest"},
+		{"host_over_1ms_count", "how many of the host's over 1 ms"}, {"lost_share", "share of CPU time lost"},
 	} {
 		rows = append(rows, benchRow{"fixed", "CPU stalls, " + m.name + " (what the machine takes from any program)", ref("fixed/stalls", m.metric), nil, "", nil})
 	}

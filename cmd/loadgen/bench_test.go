@@ -88,7 +88,7 @@ func stallRows() []wantRow {
 		return nil
 	}
 	var rows []wantRow
-	for _, m := range []string{"longest_us", "over_1ms", "host_longest_us", "host_over_1ms", "lost_share"} {
+	for _, m := range []string{"longest_us", "over_1ms_count", "host_longest_us", "host_over_1ms_count", "lost_share"} {
 		rows = append(rows, wantRow{"fixed/stalls", m, "", nil})
 	}
 	return rows
