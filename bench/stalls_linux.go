@@ -85,8 +85,8 @@ func parseSwitches(status []byte) (int64, error) {
 			continue
 		}
 		x, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("bench: stall probe: %s: %w", k, err)
+		if err != nil || x < 0 {
+			return 0, fmt.Errorf("bench: stall probe: %s: not a count: %q", k, bytes.TrimSpace(v))
 		}
 		n += x
 		found++
