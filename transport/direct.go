@@ -207,7 +207,7 @@ func (c *conn) writeDirect(iov [][]byte, total int) bool {
 	c.fdMu.Lock()
 	n, err := -1, error(net.ErrClosed)
 	if c.fd >= 0 {
-		n, err = unix.Writev(c.fd, iov)
+		n, err = writev(c.fd, iov)
 	}
 	c.fdMu.Unlock()
 	c.writeCost.Store(nextWriteCost(c.writeCost.Load(), c.node.now()-start))
