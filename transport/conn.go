@@ -194,7 +194,8 @@ func (c *conn) opening() []byte { return c.hs.Start() }
 
 // handshake feeds the handshake machine the inbound bytes b. It returns how
 // many it consumed and whether the connection is open; on a fault it has
-// closed the connection and ok is false.
+// closed the connection and ok is false, as it is for a connection closed
+// meanwhile.
 func (c *conn) handshake(b []byte) (off int, open, ok bool) {
 	s, err := c.hs.Feed(b)
 	if id := c.hs.Peer().NodeID; id != 0 {
@@ -221,7 +222,12 @@ func (c *conn) handshake(b []byte) (off int, open, ok bool) {
 	c.hs = nil
 	c.remoteID.Store(p.NodeID)
 	c.compress = c.node.o.compress && p.Flags&wire.FlagCompression != 0
-	c.state.Store(stOpen)
+	// Only a connection still shaking hands opens: its node, shutting down
+	// on another goroutine (Node.abort), may have closed it meanwhile, and
+	// a plain store would open it again for a second close to find.
+	if !c.state.CompareAndSwap(stHandshake, stOpen) {
+		return 0, false, false
+	}
 	if c.faults != nil {
 		c.faults.arm()
 	}
