@@ -52,11 +52,12 @@ const directMaxUnacked = 64
 // gaps ends the state and starts it again after each (a kick of the
 // node's timer, a wake-up of the loop, partial batches from it), and the
 // timer looks at a connection once a hold while it streams. On a 2-core
-// AMD EPYC VM 300 µs instead of 100 µs moved two processes from 11.4-12.9
-// to 11.8-13.2 M msgs/s (100 B; results/cpu-budget, "Stream hold: kept at 300 µs"); 1 ms
-// read the same. A sender that stops without waiting or flushing leaves
-// its tail to the loop, which writes it once the state has ended: at most
-// a hold and the timer's lateness after the sender's last full batch.
+// AMD EPYC VM 300 µs instead of 100 µs moved two processes from
+// 11.4-12.9 to 11.8-13.2 M msgs/s (100 B; results/cpu-budget, "Stream
+// hold: kept at 300 µs"); 1 ms read the same. A sender that stops without
+// waiting or flushing leaves its tail to the loop, which writes it once
+// the state has ended: at most a hold and the timer's lateness after the
+// sender's last full batch.
 const streamHold = int64(300 * time.Microsecond)
 
 // writeStreaming writes one full batch from the calling sender's
