@@ -334,8 +334,8 @@ func (b *bencher) tcpFixed(ctx context.Context) error {
 }
 
 // stallProbe is the longest the stall probe spins on each CPU: long
-// enough to catch the VM's periodic work (a few stalls of milliseconds in
-// any ten seconds on the 2-core VMs measured), short beside the cases.
+// enough to catch the VM's own work (10-30 stalls of 1-7 ms in any ten
+// seconds on the 2-core AMD EPYC VM measured), short beside the cases.
 const stallProbe = 3 * time.Second
 
 // vcpuStalls measures what the machine takes from its CPUs
