@@ -285,7 +285,9 @@ func (ch *channel) closedErrLocked() error {
 // is to write a full batch itself (conn.writeStreaming), or nil if it has
 // no full batch unsent. The caller holds ch.mu.
 func (ch *channel) fullBatchConnLocked() *conn {
-	if ch.mu.queued && !ch.mu.closed && ch.mu.src.UnsentBytes() >= ch.fullBatch {
+	// The unsent bytes first: on a push, the call that makes this check
+	// once a message, they are what says no.
+	if ch.mu.src.UnsentBytes() >= ch.fullBatch && ch.mu.queued && !ch.mu.closed {
 		return ch.mu.conn // queued: on a connection
 	}
 	return nil

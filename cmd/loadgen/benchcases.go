@@ -43,12 +43,13 @@ func (b *bencher) add(r bench.Run) error {
 		}
 	}
 	slices.Sort(rest)
-	for i, k := range append(known, rest...) {
-		if v, ok := r.Figures[k]; ok && i < len(known) {
+	for _, k := range known {
+		if v, ok := r.Figures[k]; ok {
 			line += fmt.Sprintf(" %s %.1f", k, v)
-		} else if ok {
-			line += fmt.Sprintf(" %s %.4g", k, v)
 		}
+	}
+	for _, k := range rest {
+		line += fmt.Sprintf(" %s %.4g", k, r.Figures[k])
 	}
 	if r.ExactlyOnce != nil && !*r.ExactlyOnce {
 		line += fmt.Sprintf("; NOT exactly once: %d sent, %+v", r.Sent, *r.Delivery)

@@ -10,7 +10,9 @@
 //
 //	go run results/cpu-budget/raw/vcpustall.go [seconds]
 //
-// See results/cpu-budget/README.md, "What the VM takes".
+// It prints each vCPU's largest gaps, which raw/vcpu-stalls.txt quotes;
+// bench.MeasureStalls is the same probe as loadgen bench runs it, with the
+// totals only. See results/cpu-budget/README.md, "What the VM takes".
 package main
 
 import (
