@@ -139,7 +139,7 @@ func TestRestartPolicyExhaustionIsAClearError(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	defer chaos(c, faults{crash: 5 * time.Millisecond})()
+	defer chaos(c, faults{crash: 5 * time.Millisecond, eager: true})()
 	_, err = c.Run(ctx)
 	if !errors.Is(err, engine.ErrRestartsExhausted) {
 		t.Fatalf("got %v, want ErrRestartsExhausted", err)
