@@ -19,8 +19,9 @@ var ErrNoStallProbe = errors.New("bench: the stall probe pins threads and reads 
 // of a thread pinned to that CPU. A gap after which the thread's context
 // switches have moved (since the previous gap) is the guest's: its kernel
 // ran something else there. One without a switch is the host's: on a
-// virtual machine, the vCPU itself did not run. No latency measured on the machine can have a tail below what
-// it takes this way: at 100,000 msgs/s a 4 ms stall delays 400 messages.
+// virtual machine, the vCPU itself did not run. No latency measured on the
+// machine can have a tail below what it takes this way: at 100,000 msgs/s
+// a 4 ms stall delays 400 messages.
 type Stalls struct {
 	CPUs     int           // CPUs probed, one thread each
 	Duration time.Duration // how long each probe spun

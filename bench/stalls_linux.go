@@ -88,6 +88,9 @@ func parseSwitches(status []byte) (int64, error) {
 		if err != nil || x < 0 {
 			return 0, fmt.Errorf("bench: stall probe: %s: not a count: %q", k, bytes.TrimSpace(v))
 		}
+		if n+x < n {
+			return 0, fmt.Errorf("bench: stall probe: the context-switch counts overflow 64 bits")
+		}
 		n += x
 		found++
 	}

@@ -21,6 +21,7 @@ func TestParseSwitches(t *testing.T) {
 		"not a number":     "voluntary_ctxt_switches:\tmany\nnonvoluntary_ctxt_switches:\t30\n",
 		"negative":         "voluntary_ctxt_switches:\t-1\nnonvoluntary_ctxt_switches:\t30\n",
 		"three lines":      "voluntary_ctxt_switches:\t1\nnonvoluntary_ctxt_switches:\t2\nvoluntary_ctxt_switches:\t3\n",
+		"sum overflows":    "voluntary_ctxt_switches:\t9223372036854775807\nnonvoluntary_ctxt_switches:\t1\n",
 	} {
 		if _, err := parseSwitches([]byte(bad)); err == nil || !strings.Contains(err.Error(), "stall probe") {
 			t.Errorf("%s: err = %v, want the stall probe's error", name, err)
