@@ -52,7 +52,7 @@ type Run struct {
 	// Figures are the run's measurements by metric name; a name ending in
 	// "_us" is microseconds, "_share" a fraction (printed in percent),
 	// "_count" a count, "msgs_per_s" messages per second,
-	// "cpu_ns_per_msg" nanoseconds of CPU time per message.
+	// a name ending in "cpu_ns_per_msg" nanoseconds of CPU time per message.
 	Figures map[string]float64 `json:"figures"`
 	// Sent and Delivery are set by runs that check delivery; ExactlyOnce
 	// is then whether Delivery holds every message sent, once.
@@ -264,7 +264,7 @@ func formatFigure(metric string, v float64) string {
 		return duration(v)
 	case metric == "msgs_per_s":
 		return siUnit(v, "msgs/s")
-	case metric == "cpu_ns_per_msg":
+	case strings.HasSuffix(metric, "cpu_ns_per_msg"):
 		return sig3(v) + " ns CPU"
 	case strings.HasSuffix(metric, "_share"):
 		return sig3(100*v) + " %"

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -260,6 +261,14 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 		for _, id := range cpuCases {
 			if c := figure(topo+id, "cpu_cores"); !(c > 0) {
 				t.Errorf("run %s%s used %v cores", topo, id, c)
+			}
+			// Across two processes each one's share is there, and
+			// they add up to the whole.
+			if topo == "2p/" {
+				tx, rx, all := figure(topo+id, "tx_cpu_ns_per_msg"), figure(topo+id, "rx_cpu_ns_per_msg"), figure(topo+id, "cpu_ns_per_msg")
+				if !(tx > 0 && rx > 0) || math.Abs(tx+rx-all) > 1e-6*all {
+					t.Errorf("run %s%s: %v + %v ns of CPU per message in the sending and receiving processes, %v in all", topo, id, tx, rx, all)
+				}
 			}
 		}
 	}

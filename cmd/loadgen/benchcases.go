@@ -76,7 +76,7 @@ func deliveryRun(r bench.Run, sent int64, d bench.Delivery, start int64) bench.R
 // second process lives across cases, so each case counts its own share).
 type cpuMeter struct {
 	pids  []int
-	start time.Duration
+	start []time.Duration // each process's CPU time at the start
 	wall  int64
 	err   error
 }
@@ -87,25 +87,29 @@ func startCPU(sidePID int) *cpuMeter {
 	if sidePID != m.pids[0] {
 		m.pids = append(m.pids, sidePID)
 	}
-	m.start, m.err = m.total()
+	m.start, m.err = m.each()
 	m.wall = bench.Now()
 	return m
 }
 
-func (m *cpuMeter) total() (time.Duration, error) {
-	var sum time.Duration
-	for _, pid := range m.pids {
+// each returns the CPU time of each of m's processes, in m.pids's order.
+func (m *cpuMeter) each() ([]time.Duration, error) {
+	ds := make([]time.Duration, len(m.pids))
+	for i, pid := range m.pids {
 		d, err := bench.ProcessCPU(pid)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		sum += d
+		ds[i] = d
 	}
-	return sum, nil
+	return ds, nil
 }
 
 // figures adds the CPU used since startCPU per message delivered
-// (cpu_ns_per_msg) and in cores (cpu_cores, CPU time over wall time). It
+// (cpu_ns_per_msg) and in cores (cpu_cores, CPU time over wall time), and,
+// when the receiving side runs in a process of its own, each process's
+// share per message (tx_cpu_ns_per_msg: this, the sending process;
+// rx_cpu_ns_per_msg: the receiving one). It
 // adds nothing where process CPU cannot be read (bench.ErrNoProcessCPU) or
 // nothing was delivered, and fails if a process's CPU could not be read.
 func (m *cpuMeter) figures(figures map[string]float64, delivered int64) error {
@@ -115,11 +119,18 @@ func (m *cpuMeter) figures(figures map[string]float64, delivered int64) error {
 	if m.err != nil {
 		return fmt.Errorf("bench: CPU time at the start of the case: %w", m.err)
 	}
-	end, err := m.total()
+	end, err := m.each()
 	if err != nil {
 		return fmt.Errorf("bench: CPU time at the end of the case: %w", err)
 	}
-	cpu := float64(end - m.start)
+	var cpu float64
+	for i := range end {
+		cpu += float64(end[i] - m.start[i])
+	}
+	if len(end) == 2 {
+		figures["tx_cpu_ns_per_msg"] = float64(end[0]-m.start[0]) / float64(delivered)
+		figures["rx_cpu_ns_per_msg"] = float64(end[1]-m.start[1]) / float64(delivered)
+	}
 	figures["cpu_ns_per_msg"] = cpu / float64(delivered)
 	figures["cpu_cores"] = cpu / float64(max(bench.Now()-m.wall, 1))
 	return nil
