@@ -27,6 +27,7 @@ import (
 // held against, and its goal (nil: shown for comparison only).
 var issue14 = append([]wantRow{
 	{"tcp-ceiling", "msgs_per_s", "", nil},
+	{"tcp-ceiling/slower", "msgs_per_s", "", nil},
 	{"max-runs/default", "msgs_per_s", "tcp-ceiling", &bench.Goal{On: "ratio", Op: ">=", Limit: 0.8}},
 	{"max-send/default", "msgs_per_s", "tcp-ceiling", &bench.Goal{On: "ratio", Op: ">=", Limit: 0.8}},
 	{"max-runs/net", "msgs_per_s", "tcp-ceiling", nil},
@@ -96,7 +97,7 @@ func stallRows() []wantRow {
 }
 
 // checked are the runs whose delivery is checked message by message.
-var checked = []string{"tcp-ceiling", "max-runs/default", "max-runs/net", "max-send/default", "max-send/net",
+var checked = []string{"tcp-ceiling", "tcp-ceiling/slower", "max-runs/default", "max-runs/net", "max-send/default", "max-send/net",
 	"fixed/tcp", "fixed/default", "fixed/net"}
 
 // TestBenchReportsEveryFigure runs loadgen bench, built as a binary so that
@@ -109,7 +110,7 @@ var checked = []string{"tcp-ceiling", "max-runs/default", "max-runs/net", "max-s
 // test checks.
 func TestBenchReportsEveryFigure(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 24 cases of 100 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 26 cases of 100 ms")
 	}
 	out := t.TempDir()
 	sc, text, cmd := runBench(t, buildLoadgen(t), "--duration", "100ms", "--out", out)
@@ -272,6 +273,19 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 			}
 		}
 	}
+	// The ceiling the transport is held against is the faster of its
+	// two measurements, one before and one after the transport's cases.
+	for _, topo := range []string{"1p/", "2p/"} {
+		fast, slow := figure(topo+"tcp-ceiling", "msgs_per_s"), figure(topo+"tcp-ceiling/slower", "msgs_per_s")
+		if fast < slow {
+			t.Errorf("%s: the ceiling reads %v msgs/s, its other measurement %v", topo, fast, slow)
+		}
+		whens := []string{runs[topo+"tcp-ceiling"].Case, runs[topo+"tcp-ceiling/slower"].Case}
+		if !slices.ContainsFunc(whens, func(c string) bool { return strings.HasSuffix(c, "before the transport's cases") }) ||
+			!slices.ContainsFunc(whens, func(c string) bool { return strings.HasSuffix(c, "after the transport's cases") }) {
+			t.Errorf("%s: the ceiling's two measurements are %q", topo, whens)
+		}
+	}
 	if sc.Goals != goals || sc.GoalsMet != met {
 		t.Errorf("the scorecard counts %d of %d goals met; its rows say %d of %d", sc.GoalsMet, sc.Goals, met, goals)
 	}
@@ -390,7 +404,7 @@ func TestBenchPeerAnswersBadRequests(t *testing.T) {
 // would fall well below it.
 func TestBenchCountsCPU(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 10 cases of 400 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 12 cases of 400 ms")
 	}
 	if !readsCPU {
 		t.Skip("process CPU time is read from Linux's /proc")
@@ -406,8 +420,10 @@ func TestBenchCountsCPU(t *testing.T) {
 		n++
 		counted += time.Duration(v * float64(r.Delivery.Delivered))
 	}
-	if n != 2*len(cpuCases) {
-		t.Fatalf("%d runs report their CPU, want %d", n, 2*len(cpuCases))
+	// Each topology's cases that have a CPU row, and the ceiling's
+	// slower measurement, which has none.
+	if want := 2 * (len(cpuCases) + 1); n != want {
+		t.Fatalf("%d runs report their CPU, want %d", n, want)
 	}
 	used := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	// Each case reads one or two processes at its start and end, in steps
@@ -431,7 +447,7 @@ func TestBenchInOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := 12
+	runs := 13
 	if probesStalls {
 		runs++
 	}
