@@ -54,10 +54,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"(the 64 KiB ideal-batching ceiling, measured before and after the transport's cases, the faster counting;\n"+
 		"the same fixed-rate driver writing each message; a TCP echo; and, as the machine's floor, the driver alone\n"+
 		"and how long the CPUs stall under a thread spinning on each), in one process and across two (this binary\n"+
-		"re-executed as 'loadgen benchpeer' hosts the receiving end). Prints every\n"+
-		"figure with its baseline, the ratio, the goal of issue 14 and whether it was met, and writes bench.json and\n"+
-		"bench.md to --out. Exits with status 1 if a checked case lost or repeated a message; goals not met do not\n"+
-		"change the exit status.", stderr)
+		"re-executed as 'loadgen benchpeer' hosts the receiving end). Prints every figure with its baseline, the\n"+
+		"ratio, the goal of issue 14 and whether it was met, and writes bench.json and bench.md to --out. Exits with\n"+
+		"status 1 if a checked case lost or repeated a message; goals not met do not change the exit status.", stderr)
 	var c benchConfig
 	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (13 per topology with every group, 26 in all; the CPU stall probe at most 3s)")
