@@ -11,12 +11,9 @@ package crcframe
 import (
 	"encoding/binary"
 	"hash"
-	"hash/crc32"
-)
 
-// table is built once; crc32 uses the CPU's CRC32 instruction for it where
-// there is one.
-var table = crc32.MakeTable(crc32.Castagnoli)
+	"github.com/sluicehq/sluice/internal/crc32c"
+)
 
 // Layout is where a format keeps the body length and the CRC in its header.
 // The zero value is not useful; formats declare theirs as package variables.
@@ -65,7 +62,7 @@ func (l *Layout) Stored(h []byte) uint32 { return l.order().Uint32(h[l.CRCAt:]) 
 
 // Sum returns the CRC of h's covered bytes followed by body.
 func (l *Layout) Sum(h, body []byte) uint32 {
-	return crc32.Update(crc32.Update(0, table, h[l.CoverFrom:l.CoverTo]), table, body)
+	return crc32c.Update(crc32c.Update(0, h[l.CoverFrom:l.CoverTo]), body)
 }
 
 // Check reports whether body matches the CRC in h, and returns the CRC it
@@ -78,7 +75,7 @@ func (l *Layout) Check(h, body []byte) (sum uint32, ok bool) {
 // Hash returns a CRC-32C already fed h's covered bytes: write the body
 // through it, then compare its Sum32 with Stored(h).
 func (l *Layout) Hash(h []byte) hash.Hash32 {
-	d := crc32.New(table)
+	d := crc32c.New()
 	d.Write(h[l.CoverFrom:l.CoverTo])
 	return d
 }

@@ -1,0 +1,91 @@
+package crc32c
+
+import (
+	"hash/crc32"
+	"math/bits"
+
+	"golang.org/x/sys/cpu"
+)
+
+// folding: the CPU folds with 512-bit carry-less multiplication, and the
+// OS saves the AVX-512 registers (x/sys/cpu checks both).
+var folding = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasSSE42
+
+const (
+	// foldBlock is what one turn of the fold loop takes: four 512-bit
+	// registers, sixteen 16-byte lanes.
+	foldBlock = 256
+	// foldMin is the shortest input worth folding; below it the set-up
+	// and the final reduction cost more than hash/crc32 takes
+	// (BenchmarkUpdate).
+	foldMin = 512
+)
+
+func update(crc uint32, p []byte) uint32 {
+	if folding && len(p) >= foldMin {
+		n := len(p) &^ (foldBlock - 1)
+		crc = ^foldAVX512(^crc, p[:n], &keys)
+		p = p[n:]
+	}
+	return crc32.Update(crc, table, p)
+}
+
+// foldAVX512 returns the CRC register (not inverted) after p, starting
+// from crc; len(p) is a positive multiple of foldBlock. In
+// crc32c_amd64.s.
+//
+//go:noescape
+func foldAVX512(crc uint32, p []byte, k *foldKeys) uint32
+
+// foldKeys are the constants of the fold, each 128-bit lane of a 512-bit
+// register the pair (K1, K2) of one distance (foldPair): k256 steps each
+// lane over a block, k192, k128 and k64 fold the first three registers
+// onto the fourth, and last folds the fourth register's lanes at 48, 32
+// and 16 bytes from the end onto the last (whose own pair is zero).
+type foldKeys struct {
+	k256, k192, k128, k64, last [8]uint64
+}
+
+var keys = makeKeys()
+
+func makeKeys() foldKeys {
+	var k foldKeys
+	for i := 0; i < 8; i += 2 {
+		k.k256[i], k.k256[i+1] = foldPair(256)
+		k.k192[i], k.k192[i+1] = foldPair(192)
+		k.k128[i], k.k128[i+1] = foldPair(128)
+		k.k64[i], k.k64[i+1] = foldPair(64)
+	}
+	k.last[0], k.last[1] = foldPair(48)
+	k.last[2], k.last[3] = foldPair(32)
+	k.last[4], k.last[5] = foldPair(16)
+	return k
+}
+
+// foldPair returns the constants that fold a 16-byte lane d bytes
+// forward. The CRC is bit-reflected: a lane loaded little endian is the
+// polynomial A = Ah·x^64 + Al with Ah in its low quadword (bit j the
+// coefficient of x^(63-j)) and Al in its high one. Moved d bytes on, A
+// becomes A·x^(8d) = Ah·x^(8d+64) + Al·x^(8d), the same modulo the
+// polynomial P as Ah·K1 + Al·K2 with K1 = x^(8d+63) mod P and
+// K2 = x^(8d-1) mod P: the carry-less product of two reflected 64-bit
+// values is their product times x as a reflected 128-bit value, which
+// the exponents one lower make up for. That sum (degree < 96) is XORed
+// into the lane d bytes on.
+func foldPair(d int) (k1, k2 uint64) {
+	return bits.Reverse64(xPowMod(8*d + 63)), bits.Reverse64(xPowMod(8*d - 1))
+}
+
+// xPowMod returns x^n mod P, the Castagnoli polynomial, as a polynomial
+// over GF(2) with bit i the coefficient of x^i.
+func xPowMod(n int) uint64 {
+	const p = 1<<32 | 0x1EDC6F41 // crc32.Castagnoli (0x82F63B78) unreflected
+	r := uint64(1)
+	for range n {
+		r <<= 1
+		if r&(1<<32) != 0 {
+			r ^= p
+		}
+	}
+	return r
+}
