@@ -7,13 +7,30 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// folding: the CPU folds with 512-bit carry-less multiplication, and the
-// OS saves the AVX-512 registers (x/sys/cpu checks both).
-var folding = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasSSE42
+// How this CPU folds, decided once: with 512-bit registers where it has
+// AVX-512 with VPCLMULQDQ (and the OS saves those registers: x/sys/cpu
+// checks), else with 256-bit ones where it has AVX2 and VPCLMULQDQ (some
+// hypervisors hide AVX-512 from a CPU that has it), else not at all. The
+// CRC32 instruction (SSE 4.2) finishes the fold.
+var (
+	fold512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasSSE42
+	fold256 = !fold512 && cpu.X86.HasAVX2 && hasVPCLMULQDQ() && cpu.X86.HasSSE42
+	folding = fold512 || fold256
+)
+
+// hasVPCLMULQDQ reports CPUID leaf 7's VPCLMULQDQ bit (ECX bit 10), which
+// x/sys/cpu reports only together with AVX-512.
+func hasVPCLMULQDQ() bool {
+	if max, _, _, _ := cpuid(0, 0); max < 7 {
+		return false
+	}
+	_, _, ecx, _ := cpuid(7, 0)
+	return ecx&(1<<10) != 0
+}
 
 const (
-	// foldBlock is what one turn of the fold loop takes: four 512-bit
-	// registers, sixteen 16-byte lanes.
+	// foldBlock is what one turn of a fold loop takes: sixteen 16-byte
+	// lanes, in four 512-bit registers or eight 256-bit ones.
 	foldBlock = 256
 	// foldMin is the shortest input worth folding; below it the set-up
 	// and the final reduction cost more than hash/crc32 takes
@@ -24,26 +41,39 @@ const (
 func update(crc uint32, p []byte) uint32 {
 	if folding && len(p) >= foldMin {
 		n := len(p) &^ (foldBlock - 1)
-		crc = ^foldAVX512(^crc, p[:n], &keys)
+		if fold512 {
+			crc = ^foldAVX512(^crc, p[:n], &keys)
+		} else {
+			crc = ^foldAVX2(^crc, p[:n], &keys)
+		}
 		p = p[n:]
 	}
 	return crc32.Update(crc, table, p)
 }
 
-// foldAVX512 returns the CRC register (not inverted) after p, starting
-// from crc; len(p) is a positive multiple of foldBlock. In
+// foldAVX512 and foldAVX2 return the CRC register (not inverted) after p,
+// starting from crc; len(p) is a positive multiple of foldBlock. In
 // crc32c_amd64.s.
 //
 //go:noescape
 func foldAVX512(crc uint32, p []byte, k *foldKeys) uint32
 
-// foldKeys are the constants of the fold, each 128-bit lane of a 512-bit
-// register the pair (K1, K2) of one distance (foldPair): k256 steps each
-// lane over a block, k192, k128 and k64 fold the first three registers
-// onto the fourth, and last folds the fourth register's lanes at 48, 32
-// and 16 bytes from the end onto the last (whose own pair is zero).
+//go:noescape
+func foldAVX2(crc uint32, p []byte, k *foldKeys) uint32
+
+func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
+
+// foldKeys are the constants of the folds, each 128-bit lane the pair
+// (K1, K2) of one distance (foldPair), at offsets the assembly knows:
+// k256 steps each lane over a block; k192, k128 and k64 fold the first
+// three 512-bit registers onto the fourth, and last that one's lanes at
+// 48, 32 and 16 bytes from the end onto its last lane (whose own pair is
+// zero); near folds the first seven 256-bit registers onto the eighth
+// (224 to 32 bytes on), and k16 that one's low lane onto its high lane.
 type foldKeys struct {
-	k256, k192, k128, k64, last [8]uint64
+	k256, k192, k128, k64, last [8]uint64    // offsets 0, 64, 128, 192, 256
+	near                        [7][4]uint64 // 320
+	k16                         [2]uint64    // 544
 }
 
 var keys = makeKeys()
@@ -59,6 +89,11 @@ func makeKeys() foldKeys {
 	k.last[0], k.last[1] = foldPair(48)
 	k.last[2], k.last[3] = foldPair(32)
 	k.last[4], k.last[5] = foldPair(16)
+	for i := range k.near {
+		k1, k2 := foldPair(224 - 32*i)
+		k.near[i] = [4]uint64{k1, k2, k1, k2}
+	}
+	k.k16[0], k.k16[1] = foldPair(16)
 	return k
 }
 

@@ -1,0 +1,66 @@
+package crc32c
+
+import (
+	"hash/crc32"
+	"math/rand/v2"
+	"testing"
+
+	"golang.org/x/sys/cpu"
+)
+
+// Each fold this CPU can run, whichever update chose, gives hash/crc32's
+// CRC on every multiple of the block to 8 KiB and on 64 KiB, from random
+// CRCs and at an odd alignment.
+func TestEachFoldMatchesHashCRC32(t *testing.T) {
+	folds := map[string]func(uint32, []byte, *foldKeys) uint32{}
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ {
+		folds["AVX-512"] = foldAVX512
+	}
+	if cpu.X86.HasAVX2 && hasVPCLMULQDQ() {
+		folds["AVX2"] = foldAVX2
+	}
+	if len(folds) == 0 || !cpu.X86.HasSSE42 {
+		t.Skip("this CPU has no VPCLMULQDQ: Update is hash/crc32")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	buf := make([]byte, 65536+3)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	lengths := []int{65536}
+	for n := foldBlock; n <= 8192; n += foldBlock {
+		lengths = append(lengths, n)
+	}
+	for name, fold := range folds {
+		for _, n := range lengths {
+			p := buf[3 : 3+n]
+			crc := rng.Uint32()
+			if got, want := ^fold(^crc, p, &keys), crc32.Update(crc, stdTable, p); got != want {
+				t.Fatalf("%s fold of %d bytes from %08x: %08x, want %08x", name, n, crc, got, want)
+			}
+		}
+		t.Logf("%s fold checked", name)
+	}
+}
+
+func BenchmarkFold(b *testing.B) {
+	p := make([]byte, 65536)
+	for _, f := range []struct {
+		name string
+		ok   bool
+		fold func(uint32, []byte, *foldKeys) uint32
+	}{
+		{"AVX-512", cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ, foldAVX512},
+		{"AVX2", cpu.X86.HasAVX2 && hasVPCLMULQDQ(), foldAVX2},
+	} {
+		b.Run(f.name+"/65536", func(b *testing.B) {
+			if !f.ok {
+				b.Skip("not on this CPU")
+			}
+			b.SetBytes(int64(len(p)))
+			for b.Loop() {
+				f.fold(0, p, &keys)
+			}
+		})
+	}
+}
