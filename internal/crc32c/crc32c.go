@@ -4,18 +4,23 @@
 // Castagnoli table, faster on long inputs where the CPU can fold 16-byte
 // lanes with carry-less multiplication (VPCLMULQDQ on amd64): it folds the
 // input 256 bytes a turn down to 16 bytes, which the CRC32 instruction
-// finishes, and leaves the tail under 256 bytes to hash/crc32. It folds in
-// 512-bit registers where the CPU has AVX-512, else in 256-bit ones (a
-// hypervisor may hide AVX-512 from a CPU that has it). Elsewhere, and for
-// inputs under 512 bytes, it is hash/crc32, whose three interleaved CRC32
-// instructions run at about 8 bytes a cycle.
+// finishes, and leaves the tail under 256 bytes to hash/crc32. Where the
+// CPU has AVX-512 it folds in 512-bit registers. Where it has VPCLMULQDQ
+// without AVX-512 (or a hypervisor hides AVX-512, as on some of the VMs
+// this project measures on) it folds in 256-bit registers and, on inputs of
+// 2 KiB and more, gives half of each 2 KiB to four CRC32
+// instruction streams meanwhile, which run on other units. Elsewhere, and
+// for inputs under 512 bytes, it is hash/crc32, whose three interleaved
+// CRC32 instructions run at about 8 bytes a cycle.
 //
 // Measured on a 2-core AMD EPYC VM (Zen 4), 64 KiB (BenchmarkUpdate,
 // BenchmarkFold): hash/crc32 26 GB/s, the 512-bit fold 55-58 GB/s, the
-// 256-bit fold 29 GB/s (this CPU multiplies a 512-bit register in the time
-// of a 256-bit one). A sender CRCs each 64 KiB batch it writes and a
-// receiver each one it reads; with hash/crc32 that was a tenth of a
-// one-process transport benchmark's CPU (issue 14, results/cpu-budget).
+// 256-bit fold alone 24-29 GB/s (this CPU multiplies a 512-bit register in
+// the time of a 256-bit one), with the CRC32 streams beside it 37-41 GB/s
+// (beside the 512-bit fold they made it slower, 53 GB/s).
+// A sender CRCs each 64 KiB batch it writes and a receiver each one it
+// reads; with hash/crc32 that was a tenth of a one-process transport
+// benchmark's CPU (issue 14, results/cpu-budget).
 package crc32c
 
 import (

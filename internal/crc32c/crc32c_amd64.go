@@ -36,14 +36,24 @@ const (
 	// and the final reduction cost more than hash/crc32 takes
 	// (BenchmarkUpdate).
 	foldMin = 512
+	// hybridBlock is what foldHybrid takes a turn of its outer loop: a KiB
+	// for the CRC32 instruction, a KiB for the fold.
+	hybridBlock = 2048
 )
 
 func update(crc uint32, p []byte) uint32 {
 	if folding && len(p) >= foldMin {
 		n := len(p) &^ (foldBlock - 1)
-		if fold512 {
+		switch {
+		case fold512:
 			crc = ^foldAVX512(^crc, p[:n], &keys)
-		} else {
+		case n >= hybridBlock:
+			h := n &^ (hybridBlock - 1)
+			crc = ^foldHybrid(^crc, p[:h], &keys)
+			if h < n {
+				crc = ^foldAVX2(^crc, p[h:n], &keys)
+			}
+		default:
 			crc = ^foldAVX2(^crc, p[:n], &keys)
 		}
 		p = p[n:]
@@ -61,6 +71,12 @@ func foldAVX512(crc uint32, p []byte, k *foldKeys) uint32
 //go:noescape
 func foldAVX2(crc uint32, p []byte, k *foldKeys) uint32
 
+// foldHybrid is foldAVX2 with the CRC32 instruction taking half of p
+// meanwhile; len(p) is a positive multiple of hybridBlock.
+//
+//go:noescape
+func foldHybrid(crc uint32, p []byte, k *foldKeys) uint32
+
 func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
 
 // foldKeys are the constants of the folds, each 128-bit lane the pair
@@ -74,6 +90,8 @@ type foldKeys struct {
 	k256, k192, k128, k64, last [8]uint64    // offsets 0, 64, 128, 192, 256
 	near                        [7][4]uint64 // 320
 	k16                         [2]uint64    // 544
+	k1280                       [4]uint64    // 560
+	shift                       [3]uint64    // 592
 }
 
 var keys = makeKeys()
@@ -94,6 +112,11 @@ func makeKeys() foldKeys {
 		k.near[i] = [4]uint64{k1, k2, k1, k2}
 	}
 	k.k16[0], k.k16[1] = foldPair(16)
+	k.k1280[0], k.k1280[1] = foldPair(1280)
+	k.k1280[2], k.k1280[3] = k.k1280[0], k.k1280[1]
+	for i, d := range []int{768, 512, 256} {
+		k.shift[i] = shiftKey(d)
+	}
 	return k
 }
 
@@ -110,6 +133,14 @@ func makeKeys() foldKeys {
 func foldPair(d int) (k1, k2 uint64) {
 	return bits.Reverse64(xPowMod(8*d + 63)), bits.Reverse64(xPowMod(8*d - 1))
 }
+
+// shiftKey returns the constant that moves a CRC register s on over d
+// bytes of zeros for foldHybrid: s·x^(8d) mod P is the CRC32 instruction's
+// CRC from 0 of the 8 bytes of the carry-less product of s and this
+// constant. Both are reflected 32-bit values, so their product is the
+// reflected product times x in a 64-bit word, which the CRC32 instruction
+// multiplies by x^32 before it reduces: the constant is x^(8d-33) mod P.
+func shiftKey(d int) uint64 { return uint64(bits.Reverse32(uint32(xPowMod(8*d - 33)))) }
 
 // xPowMod returns x^n mod P, the Castagnoli polynomial, as a polynomial
 // over GF(2) with bit i the coefficient of x^i.

@@ -9,7 +9,7 @@ import (
 )
 
 // Each fold this CPU can run, whichever update chose, gives hash/crc32's
-// CRC on every multiple of the block to 8 KiB and on 64 KiB, from random
+// CRC on every multiple of its block to 16 KiB and on 64 KiB, from random
 // CRCs and at an odd alignment.
 func TestEachFoldMatchesHashCRC32(t *testing.T) {
 	folds := map[string]func(uint32, []byte, *foldKeys) uint32{}
@@ -18,6 +18,7 @@ func TestEachFoldMatchesHashCRC32(t *testing.T) {
 	}
 	if cpu.X86.HasAVX2 && hasVPCLMULQDQ() {
 		folds["AVX2"] = foldAVX2
+		folds["hybrid"] = foldHybrid
 	}
 	if len(folds) == 0 || !cpu.X86.HasSSE42 {
 		t.Skip("this CPU has no VPCLMULQDQ: Update is hash/crc32")
@@ -28,11 +29,14 @@ func TestEachFoldMatchesHashCRC32(t *testing.T) {
 		buf[i] = byte(rng.Uint32())
 	}
 	lengths := []int{65536}
-	for n := foldBlock; n <= 8192; n += foldBlock {
+	for n := foldBlock; n <= 16384; n += foldBlock {
 		lengths = append(lengths, n)
 	}
 	for name, fold := range folds {
 		for _, n := range lengths {
+			if name == "hybrid" && n%hybridBlock != 0 {
+				continue
+			}
 			p := buf[3 : 3+n]
 			crc := rng.Uint32()
 			if got, want := ^fold(^crc, p, &keys), crc32.Update(crc, stdTable, p); got != want {
@@ -52,6 +56,7 @@ func BenchmarkFold(b *testing.B) {
 	}{
 		{"AVX-512", cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ, foldAVX512},
 		{"AVX2", cpu.X86.HasAVX2 && hasVPCLMULQDQ(), foldAVX2},
+		{"hybrid", cpu.X86.HasAVX2 && hasVPCLMULQDQ(), foldHybrid},
 	} {
 		b.Run(f.name+"/65536", func(b *testing.B) {
 			if !f.ok {
@@ -62,5 +67,27 @@ func BenchmarkFold(b *testing.B) {
 				f.fold(0, p, &keys)
 			}
 		})
+	}
+}
+
+// Update as it runs where AVX-512 is missing or hidden (the hybrid fold,
+// then the 256-bit fold, then hash/crc32), checked on a CPU that has
+// AVX-512 too.
+func TestUpdateWithout512(t *testing.T) {
+	if !cpu.X86.HasAVX2 || !hasVPCLMULQDQ() || !cpu.X86.HasSSE42 {
+		t.Skip("this CPU has no VPCLMULQDQ")
+	}
+	defer func(f512, f bool) { fold512, folding = f512, f }(fold512, folding)
+	fold512, folding = false, true
+	rng := rand.New(rand.NewPCG(7, 8))
+	buf := make([]byte, 70_000)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	for _, n := range []int{0, 511, 512, 2047, 2048, 2048 + 256, 2048 + 511, 4096 + 300, 65536, 65536 + 2047, 69_999} {
+		crc := rng.Uint32()
+		if got, want := Update(crc, buf[1:1+n]), crc32.Update(crc, stdTable, buf[1:1+n]); got != want {
+			t.Fatalf("Update(%08x, %d bytes) without AVX-512: %08x, want %08x", crc, n, got, want)
+		}
 	}
 }
