@@ -81,6 +81,37 @@ combine:
 	MOVL    R8, ret+40(FP)
 	RET
 
+// FINISH256 ends a fold in eight 256-bit registers (DX the constants):
+// Y0-Y6 onto Y7, 224 to 32 bytes on, each with its pair of constants from
+// the 32-byte rows of k.near; Y7's low lane onto its high lane, 16 bytes
+// on; and the CRC from 0 of those 16 bytes, which is the result.
+#define FOLD2(reg, off) \
+	VMOVDQU    off(DX), Y15; \
+	VPCLMULQDQ $0x00, Y15, reg, Y8; \
+	VPCLMULQDQ $0x11, Y15, reg, Y9; \
+	VPXOR      Y8, Y7, Y7; \
+	VPXOR      Y9, Y7, Y7
+
+#define FINISH256 \
+	FOLD2(Y0, 320); FOLD2(Y1, 352); FOLD2(Y2, 384); FOLD2(Y3, 416); \
+	FOLD2(Y4, 448); FOLD2(Y5, 480); FOLD2(Y6, 512); \
+	VEXTRACTI128 $1, Y7, X6; VMOVDQU 544(DX), X15; \
+	VPCLMULQDQ $0x00, X15, X7, X8; VPCLMULQDQ $0x11, X15, X7, X9; \
+	VPXOR X8, X6, X6; VPXOR X9, X6, X6; \
+	VMOVQ X6, AX; VPEXTRQ $1, X6, BX; XORQ R8, R8; CRC32Q AX, R8; CRC32Q BX, R8; \
+	VZEROUPPER; MOVL R8, ret+40(FP); RET
+
+// FSTEP folds one register 256 bytes on (Y15 the constants) into the
+// data at off(SI); FOLDBLOCK does so for all eight and moves SI on.
+#define FSTEP(reg, tmp, off) \
+	VPCLMULQDQ $0x00, Y15, reg, tmp; VPCLMULQDQ $0x11, Y15, reg, reg; \
+	VPXOR tmp, reg, reg; VPXOR off(SI), reg, reg
+
+#define FOLDBLOCK \
+	FSTEP(Y0, Y8, 0); FSTEP(Y1, Y9, 32); FSTEP(Y2, Y10, 64); FSTEP(Y3, Y11, 96); \
+	FSTEP(Y4, Y8, 128); FSTEP(Y5, Y9, 160); FSTEP(Y6, Y10, 192); FSTEP(Y7, Y11, 224); \
+	ADDQ $256, SI
+
 // func foldAVX2(crc uint32, p []byte, k *foldKeys) uint32
 //
 // foldAVX512 with eight 256-bit registers (VEX encoding: CPUs with
@@ -108,76 +139,12 @@ TEXT ·foldAVX2(SB), NOSPLIT, $0-44
 loop2:
 	CMPQ CX, $256
 	JB   combine2
-	VPCLMULQDQ $0x00, Y15, Y0, Y8
-	VPCLMULQDQ $0x11, Y15, Y0, Y0
-	VPCLMULQDQ $0x00, Y15, Y1, Y9
-	VPCLMULQDQ $0x11, Y15, Y1, Y1
-	VPCLMULQDQ $0x00, Y15, Y2, Y10
-	VPCLMULQDQ $0x11, Y15, Y2, Y2
-	VPCLMULQDQ $0x00, Y15, Y3, Y11
-	VPCLMULQDQ $0x11, Y15, Y3, Y3
-	VPXOR      Y8, Y0, Y0
-	VPXOR      Y9, Y1, Y1
-	VPXOR      Y10, Y2, Y2
-	VPXOR      Y11, Y3, Y3
-	VPXOR      0(SI), Y0, Y0
-	VPXOR      32(SI), Y1, Y1
-	VPXOR      64(SI), Y2, Y2
-	VPXOR      96(SI), Y3, Y3
-	VPCLMULQDQ $0x00, Y15, Y4, Y8
-	VPCLMULQDQ $0x11, Y15, Y4, Y4
-	VPCLMULQDQ $0x00, Y15, Y5, Y9
-	VPCLMULQDQ $0x11, Y15, Y5, Y5
-	VPCLMULQDQ $0x00, Y15, Y6, Y10
-	VPCLMULQDQ $0x11, Y15, Y6, Y6
-	VPCLMULQDQ $0x00, Y15, Y7, Y11
-	VPCLMULQDQ $0x11, Y15, Y7, Y7
-	VPXOR      Y8, Y4, Y4
-	VPXOR      Y9, Y5, Y5
-	VPXOR      Y10, Y6, Y6
-	VPXOR      Y11, Y7, Y7
-	VPXOR      128(SI), Y4, Y4
-	VPXOR      160(SI), Y5, Y5
-	VPXOR      192(SI), Y6, Y6
-	VPXOR      224(SI), Y7, Y7
-	ADDQ       $256, SI
-	SUBQ       $256, CX
-	JMP        loop2
+	FOLDBLOCK
+	SUBQ $256, CX
+	JMP  loop2
 
 combine2:
-	// Y0-Y6 onto Y7, 224 to 32 bytes on, each with its pair of constants
-	// from the 32-byte rows of k.near.
-#define FOLD2(reg, off) \
-	VMOVDQU    off(DX), Y15; \
-	VPCLMULQDQ $0x00, Y15, reg, Y8; \
-	VPCLMULQDQ $0x11, Y15, reg, Y9; \
-	VPXOR      Y8, Y7, Y7; \
-	VPXOR      Y9, Y7, Y7
-
-	FOLD2(Y0, 320)
-	FOLD2(Y1, 352)
-	FOLD2(Y2, 384)
-	FOLD2(Y3, 416)
-	FOLD2(Y4, 448)
-	FOLD2(Y5, 480)
-	FOLD2(Y6, 512)
-
-	// Y7's low lane onto its high lane, 16 bytes on.
-	VEXTRACTI128 $1, Y7, X6
-	VMOVDQU      544(DX), X15
-	VPCLMULQDQ   $0x00, X15, X7, X8
-	VPCLMULQDQ   $0x11, X15, X7, X9
-	VPXOR        X8, X6, X6
-	VPXOR        X9, X6, X6
-
-	VMOVQ   X6, AX
-	VPEXTRQ $1, X6, BX
-	XORQ    R8, R8
-	CRC32Q  AX, R8
-	CRC32Q  BX, R8
-	VZEROUPPER
-	MOVL    R8, ret+40(FP)
-	RET
+	FINISH256
 
 // func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
 TEXT ·cpuid(SB), NOSPLIT, $0-24
@@ -228,15 +195,6 @@ TEXT ·foldHybrid(SB), NOSPLIT, $0-44
 #define COMBINE \
 	SHIFT(AX, 592, R14); SHIFT(BX, 600, R15); SHIFT(R11, 608, R9); \
 	XORQ R15, R14; XORQ R9, R14; XORQ R12, R14
-
-#define FSTEP(reg, tmp, off) \
-	VPCLMULQDQ $0x00, Y15, reg, tmp; VPCLMULQDQ $0x11, Y15, reg, reg; \
-	VPXOR tmp, reg, reg; VPXOR off(SI), reg, reg
-
-#define FOLDBLOCK \
-	FSTEP(Y0, Y8, 0); FSTEP(Y1, Y9, 32); FSTEP(Y2, Y10, 64); FSTEP(Y3, Y11, 96); \
-	FSTEP(Y4, Y8, 128); FSTEP(Y5, Y9, 160); FSTEP(Y6, Y10, 192); FSTEP(Y7, Y11, 224); \
-	ADDQ $256, SI
 
 // FOLDCRC is FOLDBLOCK and CRCCHUNK interleaved, so that the two units
 // work side by side rather than in turns.
@@ -304,26 +262,4 @@ hybridlast:
 
 	// The registers onto the last 16 bytes, as foldAVX2 ends.
 	MOVQ R10, DX
-
-	FOLD2(Y0, 320)
-	FOLD2(Y1, 352)
-	FOLD2(Y2, 384)
-	FOLD2(Y3, 416)
-	FOLD2(Y4, 448)
-	FOLD2(Y5, 480)
-	FOLD2(Y6, 512)
-	VEXTRACTI128 $1, Y7, X6
-	VMOVDQU      544(R10), X15
-	VPCLMULQDQ   $0x00, X15, X7, X8
-	VPCLMULQDQ   $0x11, X15, X7, X9
-	VPXOR        X8, X6, X6
-	VPXOR        X9, X6, X6
-
-	VMOVQ   X6, AX
-	VPEXTRQ $1, X6, BX
-	XORQ    R8, R8
-	CRC32Q  AX, R8
-	CRC32Q  BX, R8
-	VZEROUPPER
-	MOVL    R8, ret+40(FP)
-	RET
+	FINISH256
