@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/crc32c"
 )
 
 func TestCPUModelReadsProcCPUInfo(t *testing.T) {
@@ -54,5 +56,8 @@ func TestDetectMachineDescribesThisProcess(t *testing.T) {
 	}
 	if s := m.String(); !strings.Contains(s, m.Go) {
 		t.Errorf("String() = %q lacks the Go version", s)
+	}
+	if m.CRC != crc32c.Method() || !strings.Contains(m.String(), "CRC-32C by "+m.CRC) {
+		t.Errorf("the CRC-32C method %q (String %q), want %q", m.CRC, m.String(), crc32c.Method())
 	}
 }

@@ -308,6 +308,9 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	row("os/arch", mdEscape(m.OS+"/"+m.Arch))
 	row("go", mdEscape(m.Go))
 	row("commit", mdEscape(orUnknown(m.Commit)))
+	if m.CRC != "" {
+		row("CRC-32C", mdEscape(m.CRC))
+	}
 
 	if len(r.Config) > 0 {
 		b.WriteString("\n## Configuration\n\n| setting | value |\n|---|---|\n")

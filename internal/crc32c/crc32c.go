@@ -42,9 +42,18 @@ func Update(crc uint32, p []byte) uint32 { return update(crc, p) }
 // Checksum returns the CRC-32C of p.
 func Checksum(p []byte) uint32 { return update(0, p) }
 
-// Folding reports whether Update folds long inputs with carry-less
-// multiplication on this CPU; when false it is hash/crc32 throughout.
-func Folding() bool { return folding }
+// Method says how Update computes on this CPU: "512-bit fold", "256-bit
+// fold with CRC32 streams", or "hash/crc32" (no VPCLMULQDQ, or not amd64).
+// The transport's CPU a message depends on it, so benchmarks report it.
+func Method() string {
+	switch {
+	case fold512:
+		return "512-bit fold"
+	case folding:
+		return "256-bit fold with CRC32 streams"
+	}
+	return "hash/crc32"
+}
 
 // New returns a hash.Hash32 computing the CRC-32C with [Update].
 func New() hash.Hash32 { return new(digest) }
