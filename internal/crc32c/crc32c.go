@@ -39,9 +39,6 @@ const Size = 4
 // p, as hash/crc32.Update(crc, crc32.MakeTable(crc32.Castagnoli), p).
 func Update(crc uint32, p []byte) uint32 { return update(crc, p) }
 
-// Checksum returns the CRC-32C of p.
-func Checksum(p []byte) uint32 { return update(0, p) }
-
 // Method says how Update computes on this CPU: "512-bit fold", "256-bit
 // fold with CRC32 streams", or "hash/crc32" (no VPCLMULQDQ, or not amd64).
 // The transport's CPU a message depends on it, so benchmarks report it.

@@ -38,15 +38,15 @@ func TestUpdateMatchesHashCRC32(t *testing.T) {
 // The check value of CRC-32C, "123456789" -> 0xe3069283, and a long input
 // of zeros and of ones (the all-ones register folds to itself nowhere).
 func TestKnownValues(t *testing.T) {
-	if got := Checksum([]byte("123456789")); got != 0xe3069283 {
-		t.Fatalf("Checksum(123456789) = %08x, want e3069283", got)
+	if got := Update(0, []byte("123456789")); got != 0xe3069283 {
+		t.Fatalf("Update(0, 123456789) = %08x, want e3069283", got)
 	}
 	for _, b := range []byte{0, 0xff} {
 		p := make([]byte, 10_000)
 		for i := range p {
 			p[i] = b
 		}
-		if got, want := Checksum(p), crc32.Checksum(p, stdTable); got != want {
+		if got, want := Update(0, p), crc32.Checksum(p, stdTable); got != want {
 			t.Fatalf("10,000 bytes of %02x: %08x, want %08x", b, got, want)
 		}
 	}
@@ -56,11 +56,11 @@ func TestKnownValues(t *testing.T) {
 // does hash/crc32's (the fold must not lose any lane).
 func TestEveryBitCounts(t *testing.T) {
 	p := make([]byte, 1024+256+32)
-	base := Checksum(p)
+	base := Update(0, p)
 	for i := range p {
 		for bit := range 8 {
 			p[i] ^= 1 << bit
-			if got, want := Checksum(p), crc32.Checksum(p, stdTable); got != want || got == base {
+			if got, want := Update(0, p), crc32.Checksum(p, stdTable); got != want || got == base {
 				t.Fatalf("bit %d of byte %d flipped: %08x, want %08x (unflipped %08x)", bit, i, got, want, base)
 			}
 			p[i] ^= 1 << bit
@@ -111,7 +111,7 @@ func BenchmarkUpdate(b *testing.B) {
 		b.Run("crc32c/"+strconv.Itoa(n), func(b *testing.B) {
 			b.SetBytes(int64(n))
 			for b.Loop() {
-				Checksum(p)
+				Update(0, p)
 			}
 		})
 		b.Run("hash-crc32/"+strconv.Itoa(n), func(b *testing.B) {
