@@ -585,7 +585,6 @@ func (l *faultLink) Writev(bs [][]byte) (int, error) {
 			n := wire.HeaderLen + int(h.Length)
 			if err != nil || n > len(b) {
 				// Not a whole frame (the conn writes none such): as it is.
-				n = len(b)
 				if l.held.empty() {
 					iov = append(iov, b)
 				} else {

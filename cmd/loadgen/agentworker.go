@@ -106,7 +106,7 @@ func (a *agent) runWorker(cc *control.Conn, p *control.WorkerPlan, ctlLocal net.
 		_ = stdin.Close()
 	}()
 	_, _ = io.Copy(conn, stdout)
-	err = cmd.Wait()
+	_ = cmd.Wait() // how it ended is cmd.ProcessState, logged below
 	a.workers.mu.Lock()
 	if a.workers.procs[key] == cmd.Process {
 		delete(a.workers.procs, key)
