@@ -11,23 +11,39 @@ import (
 )
 
 // BenchmarkTransportPingPong measures the round trip of one 100-byte
-// message there and back through two nodes, each way a channel of its own.
-// Compare with BenchmarkPlainTCPPingPong from the same run.
-func BenchmarkTransportPingPong(b *testing.B) { benchPingPong(b, false) }
+// message there and back through two nodes, each way a channel of its own,
+// the tasks on their own goroutines (Node.Handle): the pinging task's
+// handler hands each pong to the benchmark's goroutine, which sends the
+// next ping. Compare with BenchmarkPlainTCPPingPong from the same run.
+func BenchmarkTransportPingPong(b *testing.B) { benchPingPong(b, pingHandOff) }
+
+// BenchmarkTransportPingPongTask is BenchmarkTransportPingPong with the
+// pinging task's handler sending the next ping itself, as the echo's sends
+// each pong and as plain TCP's pinger reads and writes on one goroutine:
+// no hand-off between goroutines of the benchmark's own (loadgen bench's
+// ping-pong).
+func BenchmarkTransportPingPongTask(b *testing.B) { benchPingPong(b, pingTask) }
 
 // BenchmarkTransportPingPongInline is BenchmarkTransportPingPong with both
 // tasks inline (Node.HandleInline): the echo is sent from the receiving
 // loop, and, the connection being idle, written to the socket there.
-func BenchmarkTransportPingPongInline(b *testing.B) { benchPingPong(b, true) }
+func BenchmarkTransportPingPongInline(b *testing.B) { benchPingPong(b, pingInline) }
 
 // BenchmarkTransportPingPongNetBackend is BenchmarkTransportPingPong on the
 // net-package backend, whose connections park in Go's netpoller instead of
 // blocking an event loop's thread in epoll_wait.
 func BenchmarkTransportPingPongNetBackend(b *testing.B) {
-	benchPingPong(b, false, WithBackend(BackendNet))
+	benchPingPong(b, pingHandOff, WithBackend(BackendNet))
 }
 
-func benchPingPong(b *testing.B, inline bool, opts ...Option) {
+// How a ping-pong benchmark's tasks run.
+const (
+	pingHandOff = iota // Node.Handle; the pinger's handler hands each pong to the benchmark
+	pingTask           // Node.Handle; the pinger's handler sends the next ping
+	pingInline         // Node.HandleInline; the pinger's handler hands each pong to the benchmark
+)
+
+func benchPingPong(b *testing.B, mode int, opts ...Option) {
 	a, z := listeningNode(b, opts), listeningNode(b, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -42,7 +58,7 @@ func benchPingPong(b *testing.B, inline bool, opts ...Option) {
 		b.Fatal(err)
 	}
 	zh, ah := z.Handle, a.Handle
-	if inline {
+	if mode == pingInline {
 		zh, ah = z.HandleInline, a.HandleInline
 	}
 	_ = zh(taskid.ID{Processor: 1}, func(_ taskid.Channel, _ uint64, msgs []Message) {
@@ -50,14 +66,46 @@ func benchPingPong(b *testing.B, inline bool, opts ...Option) {
 			_ = back.Send(ctx, m.Ts, m.Payload)
 		}
 	})
+	msg := make([]byte, benchSize)
+	rtts := make([]time.Duration, 0, b.N)
+	if mode == pingTask {
+		// The handler sends ping i+1 on pong i, b.N pings in all; only it
+		// touches t0 and rtts until done is closed.
+		done := make(chan struct{})
+		var t0 time.Time
+		_ = ah(taskid.ID{}, func(_ taskid.Channel, _ uint64, msgs []Message) {
+			for range msgs {
+				rtts = append(rtts, time.Since(t0))
+				if len(rtts) == b.N {
+					close(done)
+					return
+				}
+				t0 = time.Now()
+				if err := there.Send(ctx, 0, msg); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+		b.ResetTimer()
+		t0 = time.Now()
+		if err := there.Send(ctx, 0, msg); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			b.Fatalf("%d round trips of %d: %v", len(rtts), b.N, ctx.Err())
+		}
+		b.StopTimer()
+		reportPercentiles(b, rtts)
+		return
+	}
 	pong := make(chan struct{}, 1)
 	_ = ah(taskid.ID{}, func(_ taskid.Channel, _ uint64, msgs []Message) {
 		for range msgs {
 			pong <- struct{}{}
 		}
 	})
-	msg := make([]byte, benchSize)
-	rtts := make([]time.Duration, 0, b.N)
 	for b.Loop() {
 		t0 := time.Now()
 		if err := there.Send(ctx, 0, msg); err != nil {

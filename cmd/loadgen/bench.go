@@ -59,7 +59,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"status 1 if a checked case lost or repeated a message; goals not met do not change the exit status.", stderr)
 	var c benchConfig
 	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (13 per topology with every group, 26 in all; the CPU stall probe at most 3s)")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (14 per topology with every group, 28 in all; the CPU stall probe at most 3s)")
 	cases := fs.String("cases", strings.Join(benchGroups, ","), "which groups of cases to measure, each with its own baselines: "+strings.Join(benchGroups, ", "))
 	fs.Float64Var(&c.rate, "rate", 100_000, "messages per second of the fixed-rate cases")
 	fs.StringVar(&c.topologies, "topology", "both", "which topologies to measure: one (two nodes in one process), two (two processes) or both")
@@ -103,7 +103,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	})
 	sc.Notes = append(sc.Notes,
 		"throughput is messages delivered and checked by the receiver divided by the time from the first send to the last delivery",
-		"the receiving transport tasks run inline (Node.HandleInline) in the throughput and fixed-rate cases, as loadgen run --scenario transport does by default; the ping-pong tasks run on their own goroutines (Node.Handle), as BenchmarkTransportPingPong does",
+		"the receiving transport tasks run inline (Node.HandleInline) in the throughput and fixed-rate cases, as loadgen run --scenario transport does by default; the ping-pong tasks run on their own goroutines (Node.Handle): the echo's handler sends each pong, the pinger's takes it and sends the next ping (plain TCP's pinger reads and writes on one goroutine); the hand-off rows are the harness before, whose handler handed each pong to a waiting goroutine that sent the next ping, as BenchmarkTransportPingPong does",
 		fmt.Sprintf("the fixed-rate driver sleeps on a Go timer and then in the kernel (nanosleep) for the last 2 ms of each wait, never spinning, and sends what fell due in a burst (bench.FixedRate, load.Clock), for the transport and plain TCP alike; latency is from each message's intended send time; the driver alone, sending nothing, is how late this machine lets it hand messages over, a floor under every fixed-rate figure; plain TCP writes each message with a system call of its own, the best latency while the machine keeps up with %v writes a second, and the worst once it does not (its driver lag says which)", c.rate),
 		"CPU stalls: before the fixed-rate cases a thread pinned to each CPU spins for up to 3 s and counts every gap of 50 µs or more between its clock reads (bench.MeasureStalls): the guest's, when its kernel ran something else there, or the host's, when the thread was not switched out and the (virtual) CPU itself stopped; a p99.9 of 1 M messages at 100 k msgs/s is the 1000th latest, within reach of a few such stalls",
 		"goals are the default backend's (issue 14); the net backend's rows are for comparison")
@@ -165,8 +165,9 @@ func (b *bencher) steps() []benchStep {
 		{"fixed", func(ctx context.Context) error { return b.transportFixed(ctx, backendDefault) }},
 		{"fixed", func(ctx context.Context) error { return b.transportFixed(ctx, backendNet) }},
 		{"pingpong", b.tcpPingPong},
-		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendDefault) }},
-		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendNet) }},
+		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendDefault, false) }},
+		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendDefault, true) }},
+		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendNet, false) }},
 	}
 	var out []benchStep
 	for _, s := range all {
@@ -287,15 +288,18 @@ func benchRows(prefix string, rate float64) []benchRow {
 			benchRow{"fixed", fixed + ": p99.9, " + be + " backend", ref(run, "p999_us"), refp("fixed/tcp", "p999_us"), tcp, p999},
 			benchRow{"fixed", fixed + ": driver's max lag, " + be + " backend", ref(run, "max_lag_us"), refp("fixed/tcp", "max_lag_us"), tcp, nil})
 	}
-	for _, be := range []string{backendDefault, backendNet} {
-		run := "pingpong/" + be
+	for _, c := range []struct{ run, name string }{
+		{"pingpong/" + backendDefault, backendDefault + " backend"},
+		{"pingpong/" + backendDefault + "/hand-off", backendDefault + " backend, each pong handed to a waiting goroutine"},
+		{"pingpong/" + backendNet, backendNet + " backend"},
+	} {
 		var p50, p99 *bench.Goal
-		if be == backendDefault {
+		if c.run == "pingpong/"+backendDefault {
 			p50, p99 = &goalPingP50, &goalPingP99
 		}
 		rows = append(rows,
-			benchRow{"pingpong", "ping-pong: p50, " + be + " backend", ref(run, "p50_us"), refp("pingpong/tcp", "p50_us"), tcp, p50},
-			benchRow{"pingpong", "ping-pong: p99, " + be + " backend", ref(run, "p99_us"), refp("pingpong/tcp", "p99_us"), tcp, p99})
+			benchRow{"pingpong", "ping-pong: p50, " + c.name, ref(c.run, "p50_us"), refp("pingpong/tcp", "p50_us"), tcp, p50},
+			benchRow{"pingpong", "ping-pong: p99, " + c.name, ref(c.run, "p99_us"), refp("pingpong/tcp", "p99_us"), tcp, p99})
 	}
 	return rows
 }

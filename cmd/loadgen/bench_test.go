@@ -47,6 +47,8 @@ var issue14 = append([]wantRow{
 	{"fixed/net", "max_lag_us", "fixed/tcp", nil},
 	{"pingpong/default", "p50_us", "pingpong/tcp", &bench.Goal{On: "ratio", Op: "<=", Limit: 2}},
 	{"pingpong/default", "p99_us", "pingpong/tcp", &bench.Goal{On: "ratio", Op: "<=", Limit: 4}},
+	{"pingpong/default/hand-off", "p50_us", "pingpong/tcp", nil},
+	{"pingpong/default/hand-off", "p99_us", "pingpong/tcp", nil},
 	{"pingpong/net", "p50_us", "pingpong/tcp", nil},
 	{"pingpong/net", "p99_us", "pingpong/tcp", nil},
 }, append(cpuRows(), stallRows()...)...)
@@ -110,7 +112,7 @@ var checked = []string{"tcp-ceiling", "tcp-ceiling/slower", "max-runs/default", 
 // test checks.
 func TestBenchReportsEveryFigure(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 26 cases of 100 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 28 cases of 100 ms")
 	}
 	out := t.TempDir()
 	sc, text, cmd := runBench(t, buildLoadgen(t), "--duration", "100ms", "--out", out)
@@ -447,7 +449,7 @@ func TestBenchInOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := 13
+	runs := 14
 	if probesStalls {
 		runs++
 	}
@@ -528,7 +530,7 @@ func TestBenchCasesSelectGroups(t *testing.T) {
 	for _, r := range sc.Runs {
 		runs = append(runs, r.ID)
 	}
-	if want := []string{"1p/pingpong/tcp", "1p/pingpong/default", "1p/pingpong/net"}; !slices.Equal(runs, want) {
+	if want := []string{"1p/pingpong/tcp", "1p/pingpong/default", "1p/pingpong/default/hand-off", "1p/pingpong/net"}; !slices.Equal(runs, want) {
 		t.Errorf("runs %v, want %v", runs, want)
 	}
 	rows := 0

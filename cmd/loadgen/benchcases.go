@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
@@ -472,53 +473,174 @@ func pingRun(id, subject string, pid int, n int64, rec *bench.Recorder, elapsed 
 }
 
 // transportPingPong: one message there and back through two nodes, each
-// way a channel of its own, as BenchmarkTransportPingPong does.
-func (b *bencher) transportPingPong(ctx context.Context, be string) error {
+// way a channel of its own. The pinger is node a's task, as the echo is the
+// other node's: its handler, on the task's own goroutine (Node.Handle),
+// takes each pong and sends the next ping, as plain TCP's pinger reads its
+// pong and writes the next ping on one goroutine. With handOff the handler
+// instead hands each pong to a goroutine waiting for it, which sends the
+// next ping (as BenchmarkTransportPingPong does): a hand-off between
+// goroutines more a round trip, the harness's own, reported beside it.
+func (b *bencher) transportPingPong(ctx context.Context, be string, handOff bool) error {
 	a, err := listeningNode(be)
 	if err != nil {
 		return err
 	}
 	defer a.Abort()
-	// One ping is in flight at a time, so the pong never waits for room.
-	pong := make(chan uint64, 1)
-	if err := a.Handle(pingTask, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
-		for _, m := range msgs {
-			var seq uint64
-			if len(m.Payload) >= headerLen {
-				_, seq = bench.Stamped(m.Payload)
-			}
-			pong <- seq
-		}
-	}); err != nil {
+	pinger := newTaskPinger(b.cfg.size)
+	if err := a.Handle(pingTask, pinger.handler(ctx, handOff)); err != nil {
 		return err
 	}
 	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideNodeEcho, Backend: be, Size: b.cfg.size, ReplyTo: a.Addr()})
 	if err != nil {
 		return err
 	}
-	id := "pingpong/" + be
+	id, subject := "pingpong/"+be, be+" backend"
+	if handOff {
+		id, subject = id+"/hand-off", subject+", each pong handed to a waiting goroutine"
+	}
 	rec := bench.NewRecorder()
 	start := time.Now()
-	n, err := b.pingNodes(ctx, a, addr, pong, rec)
+	var n int64
+	if handOff {
+		n, err = b.pingNodes(ctx, a, addr, pinger.pong, rec)
+	} else {
+		n, err = pinger.run(ctx, a, addr, b.cfg.duration, rec)
+	}
 	elapsed := time.Since(start)
 	_, ferr := b.host.finish(ctx)
 	if err = errors.Join(err, ferr); err != nil {
 		return fmt.Errorf("%s: %w", id, err)
 	}
-	return b.add(pingRun(id, be+" backend", pid, n, rec, elapsed))
+	return b.add(pingRun(id, subject, pid, n, rec, elapsed))
+}
+
+// taskPinger pings from its node's task: the handler that takes a pong
+// (onPong) records the round trip and sends the next ping, until the end.
+// Its handler is installed before run, which sends the first ping.
+type taskPinger struct {
+	size int
+	pong chan uint64   // the hand-off variant's pongs (pingNodes)
+	done chan struct{} // closed when the last pong is in, or a ping failed
+
+	mu    sync.Mutex // run's setup and end against the handler
+	there *transport.Sender
+	msg   []byte
+	rec   *bench.Recorder
+	end   int64 // bench.Now after which no ping is sent
+	pongs int64 // pongs taken: ping number pongs is the one in flight
+	sent  int64 // when the ping in flight was sent (bench.Now)
+	err   error
+}
+
+func newTaskPinger(size int) *taskPinger {
+	return &taskPinger{size: size, pong: make(chan uint64, 1), done: make(chan struct{})}
+}
+
+// handler is the pinging task's: it takes each pong and sends the next
+// ping (onPong), or with handOff passes the pong's sequence number to
+// p.pong for pingNodes.
+func (p *taskPinger) handler(ctx context.Context, handOff bool) transport.Handler {
+	return func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
+		for _, m := range msgs {
+			var seq uint64
+			if len(m.Payload) >= headerLen {
+				_, seq = bench.Stamped(m.Payload)
+			}
+			if handOff {
+				// One ping is in flight at a time, so the pong never
+				// waits for room.
+				p.pong <- seq
+			} else {
+				p.onPong(ctx, seq)
+			}
+		}
+	}
+}
+
+// run opens the channel to the echo at addr, sends the first ping and
+// waits until the handler has taken the last pong after dur, or ctx ends.
+// It returns how many round trips it recorded into rec.
+func (p *taskPinger) run(ctx context.Context, a *transport.Node, addr string, dur time.Duration, rec *bench.Recorder) (int64, error) {
+	there, err := openPing(ctx, a, addr)
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	p.there, p.msg, p.rec, p.end = there, load.Payload(p.size), rec, bench.Now()+int64(dur)
+	if p.err = p.pingLocked(ctx); p.err != nil {
+		close(p.done)
+	}
+	p.mu.Unlock()
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err == nil && !p.finished() {
+		p.err = fmt.Errorf("no pong for ping %d: %w", p.pongs, ctx.Err())
+		close(p.done) // a late pong finds the pinger stopped
+	}
+	return p.pongs, p.err
+}
+
+// onPong is the pinging task's handler for the pong of ping seq.
+func (p *taskPinger) onPong(ctx context.Context, seq uint64) {
+	now := bench.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished() {
+		return
+	}
+	if seq != uint64(p.pongs) {
+		p.err = fmt.Errorf("%w: pong %d for ping %d", bench.ErrBadEcho, seq, p.pongs)
+		close(p.done)
+		return
+	}
+	p.rec.Record(now - p.sent)
+	p.pongs++
+	if now >= p.end {
+		close(p.done)
+		return
+	}
+	if p.err = p.pingLocked(ctx); p.err != nil {
+		close(p.done)
+	}
+}
+
+// pingLocked sends ping number p.pongs. The caller holds p.mu.
+func (p *taskPinger) pingLocked(ctx context.Context) error {
+	p.sent = bench.Now()
+	bench.Stamp(p.msg, p.sent, uint64(p.pongs))
+	return p.there.Send(ctx, p.sent, p.msg)
+}
+
+// finished reports whether the pinger has stopped. The caller holds p.mu.
+func (p *taskPinger) finished() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// openPing opens the pings' channel from a's pingTask to the echo at addr.
+func openPing(ctx context.Context, a *transport.Node, addr string) (*transport.Sender, error) {
+	p, err := a.Peer(addr)
+	if err != nil {
+		return nil, err
+	}
+	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return p.OpenSender(octx, pingTask, echoTask)
 }
 
 // pingNodes pings the echo node at addr from a for the duration and
 // returns how many round trips it recorded into rec; a delivers each
 // pong's sequence number to pong.
 func (b *bencher) pingNodes(ctx context.Context, a *transport.Node, addr string, pong <-chan uint64, rec *bench.Recorder) (int64, error) {
-	p, err := a.Peer(addr)
-	if err != nil {
-		return 0, err
-	}
-	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	there, err := p.OpenSender(octx, pingTask, echoTask)
-	cancel()
+	there, err := openPing(ctx, a, addr)
 	if err != nil {
 		return 0, err
 	}
