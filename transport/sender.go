@@ -216,7 +216,11 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 
 // SendRun sends msgs in order as Send would, taking the channel's lock once
 // for as many as have credit. It returns once all are sent, or with the
-// number sent and the error that stopped it.
+// number sent and the error that stopped it. A task that emits several
+// messages at once should prefer it to a Send each: on a 2-core AMD EPYC VM
+// a message cost the sender about 10 ns less in runs of 64 than one Send
+// at a time (the lock and the push's call layers once a run instead of once
+// a message; results/cpu-budget).
 func (s *Sender) SendRun(ctx context.Context, msgs []Message) (int, error) {
 	n := 0
 	for n < len(msgs) {
