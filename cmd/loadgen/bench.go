@@ -29,6 +29,7 @@ type benchConfig struct {
 	groups     map[string]bool // the case groups to measure
 	out        string
 	json       bool
+	repeat     int
 }
 
 // Topologies.
@@ -55,8 +56,10 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"the same fixed-rate driver writing each message; a TCP echo; and, as the machine's floor, the driver alone\n"+
 		"and how long the CPUs stall under a thread spinning on each), in one process and across two (this binary\n"+
 		"re-executed as 'loadgen benchpeer' hosts the receiving end). Prints every figure with its baseline, the\n"+
-		"ratio, the goal of issue 14 and whether it was met, and writes bench.json and bench.md to --out. Exits with\n"+
-		"status 1 if a checked case lost or repeated a message; goals not met do not change the exit status.", stderr)
+		"ratio, the goal of issue 14 and whether it was met, and writes bench.json and bench.md to --out. With\n"+
+		"--repeat N it measures everything N times and adds a summary: on a small VM one run's verdict on a goal\n"+
+		"near its limit can flip from one minute to the next. Exits with status 1 if a checked case lost or repeated\n"+
+		"a message; goals not met do not change the exit status.", stderr)
 	var c benchConfig
 	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (14 per topology with every group, 28 in all; the CPU stall probe at most 3s)")
@@ -64,7 +67,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Float64Var(&c.rate, "rate", 100_000, "messages per second of the fixed-rate cases")
 	fs.StringVar(&c.topologies, "topology", "both", "which topologies to measure: one (two nodes in one process), two (two processes) or both")
 	fs.StringVar(&c.out, "out", filepath.Join("results", "local", "bench"), "directory for bench.json and bench.md")
-	fs.BoolVar(&c.json, "json", false, "print the scorecard as one JSON object on the last line of stdout")
+	fs.BoolVar(&c.json, "json", false, "print the scorecard (with --repeat, the summary) as one JSON object on the last line of stdout")
+	fs.IntVar(&c.repeat, "repeat", 1, "measure everything this many times, back to back: each run's scorecard goes to --out/N/, and a summary\n"+
+		"(each row's figure in every run, their median and range, and in how many runs each goal was met) to --out/summary.json and .md")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,10 +101,71 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--duration must be positive, got %v", c.duration)
 	case !(c.rate > 0) || math.IsInf(c.rate, 0):
 		return fmt.Errorf("--rate must be a positive number, got %v", c.rate)
+	case c.repeat < 1:
+		return fmt.Errorf("--repeat must be at least 1, got %d", c.repeat)
 	}
+	if c.repeat == 1 {
+		sc, err := benchOnce(ctx, c, topos, *cases, c.out, stdout, stderr)
+		if err != nil {
+			return err
+		}
+		if c.json {
+			if err := writeJSONLine(stdout, sc); err != nil {
+				return err
+			}
+		}
+		if !sc.ExactlyOnce {
+			return errFailed
+		}
+		return nil
+	}
+	var cards []*bench.Scorecard
+	for k := 1; k <= c.repeat; k++ {
+		fmt.Fprintf(stderr, "loadgen bench: run %d of %d\n", k, c.repeat)
+		sc, err := benchOnce(ctx, c, topos, *cases, filepath.Join(c.out, strconv.Itoa(k)), stdout, stderr)
+		if err != nil {
+			return fmt.Errorf("run %d of %d: %w", k, c.repeat, err)
+		}
+		cards = append(cards, sc)
+		fmt.Fprintln(stdout)
+	}
+	sum, err := bench.Summarize(cards)
+	if err != nil {
+		return err
+	}
+	if err := sum.WriteText(stdout); err != nil {
+		return err
+	}
+	if err := bench.WriteSummary(c.out, "summary", sum); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "loadgen bench: wrote %s and %s\n", filepath.Join(c.out, "summary.json"), filepath.Join(c.out, "summary.md"))
+	if c.json {
+		if err := writeJSONLine(stdout, sum); err != nil {
+			return err
+		}
+	}
+	if !sum.ExactlyOnce {
+		return errFailed
+	}
+	return nil
+}
 
+// writeJSONLine writes v to w as one line of JSON.
+func writeJSONLine(w io.Writer, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("bench: encoding the results: %w", err)
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// benchOnce measures every selected case once, prints the scorecard and
+// writes it to out as bench.json and bench.md.
+func benchOnce(ctx context.Context, c benchConfig, topos []string, cases, out string, stdout, stderr io.Writer) (*bench.Scorecard, error) {
 	sc := bench.NewScorecard(fmt.Sprintf("loadgen bench: %d B messages, one channel", c.size), map[string]any{
-		"size": c.size, "duration_per_case": c.duration.String(), "fixed_rate": c.rate, "topologies": topos, "cases": *cases,
+		"size": c.size, "duration_per_case": c.duration.String(), "fixed_rate": c.rate, "topologies": topos, "cases": cases,
 	})
 	sc.Notes = append(sc.Notes,
 		"throughput is messages delivered and checked by the receiver divided by the time from the first send to the last delivery",
@@ -114,30 +180,18 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	start := time.Now()
 	for _, topo := range topos {
 		if err := benchTopology(ctx, c, topo, sc, stderr); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	sc.DurationS = time.Since(start).Seconds()
 	if err := sc.WriteText(stdout); err != nil {
-		return err
+		return nil, err
 	}
-	if err := bench.WriteScorecard(c.out, "bench", sc); err != nil {
-		return err
+	if err := bench.WriteScorecard(out, "bench", sc); err != nil {
+		return nil, err
 	}
-	fmt.Fprintf(stderr, "loadgen bench: wrote %s and %s\n", filepath.Join(c.out, "bench.json"), filepath.Join(c.out, "bench.md"))
-	if c.json {
-		b, err := json.Marshal(sc)
-		if err != nil {
-			return fmt.Errorf("bench: encoding the scorecard: %w", err)
-		}
-		if _, err := stdout.Write(append(b, '\n')); err != nil {
-			return err
-		}
-	}
-	if !sc.ExactlyOnce {
-		return errFailed
-	}
-	return nil
+	fmt.Fprintf(stderr, "loadgen bench: wrote %s and %s\n", filepath.Join(out, "bench.json"), filepath.Join(out, "bench.md"))
+	return sc, nil
 }
 
 // benchGroups are the groups of cases, in the order they run: each group

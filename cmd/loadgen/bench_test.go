@@ -348,6 +348,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--cases", "fixed,speed"}, `--cases: unknown group "speed"`},
 		{[]string{"--cases", ""}, `--cases: unknown group ""`},
+		{[]string{"--repeat", "0"}, "--repeat must be at least 1, got 0"},
 	} {
 		err := run(context.Background(), append([]string{"bench"}, c.args...), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -542,4 +543,81 @@ func TestBenchCasesSelectGroups(t *testing.T) {
 	if len(sc.Rows) != rows || sc.Goals != 2 {
 		t.Errorf("%d rows, %d goals; want %d rows, 2 goals", len(sc.Rows), sc.Goals, rows)
 	}
+}
+
+// --repeat measures everything that many times, writes each run's
+// scorecard apart, and a summary whose figures are those scorecards' own.
+func TestBenchRepeatSummarizes(t *testing.T) {
+	out := t.TempDir()
+	var stdout bytes.Buffer
+	args := []string{"bench", "--topology", "one", "--cases", "pingpong", "--duration", "50ms", "--repeat", "2", "--out", out, "--json"}
+	if err := run(context.Background(), args, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var cards []*bench.Scorecard
+	for _, k := range []string{"1", "2"} {
+		sc, err := bench.ReadScorecard(filepath.Join(out, k, "bench.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cards = append(cards, sc)
+	}
+	if !cards[1].StartedAt.After(cards[0].StartedAt) {
+		t.Errorf("run 2 started at %v, run 1 at %v: not two runs", cards[1].StartedAt, cards[0].StartedAt)
+	}
+	if _, err := os.Stat(filepath.Join(out, "summary.md")); err != nil {
+		t.Error(err)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var sum struct {
+		Goals int `json:"goals"`
+		Rows  []struct {
+			What string     `json:"what"`
+			On   string     `json:"on"`
+			Each []*float64 `json:"each"`
+			Met  int        `json:"met"`
+		} `json:"rows"`
+		ExactlyOnce bool `json:"exactly_once"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil {
+		t.Fatalf("the last line is not the summary: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(bytes.TrimSpace(compactJSON(t, b)), bytes.TrimSpace([]byte(lines[len(lines)-1]))) {
+		t.Error("the summary printed is not the one written")
+	}
+	if len(sum.Rows) != len(cards[0].Rows) || sum.Goals != 2 || !sum.ExactlyOnce {
+		t.Fatalf("summary of %d rows, %d goals, exactly once %v; the runs have %d rows", len(sum.Rows), sum.Goals, sum.ExactlyOnce, len(cards[0].Rows))
+	}
+	for i, r := range sum.Rows {
+		met := 0
+		for k, sc := range cards {
+			row := sc.Rows[i]
+			want := row.Value
+			if r.On == "ratio" {
+				want = row.Ratio
+			}
+			if r.What != row.What || r.Each[k] == nil || *r.Each[k] != want {
+				t.Errorf("row %q, run %d: %v in the summary, %v in the scorecard", r.What, k+1, r.Each[k], want)
+			}
+			if row.Met != nil && *row.Met {
+				met++
+			}
+		}
+		if r.Met != met {
+			t.Errorf("row %q: met in %d runs by the summary, %d by the scorecards", r.What, r.Met, met)
+		}
+	}
+}
+
+func compactJSON(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
 }
