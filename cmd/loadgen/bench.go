@@ -109,15 +109,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		if c.json {
-			if err := writeJSONLine(stdout, sc); err != nil {
-				return err
-			}
-		}
-		if !sc.ExactlyOnce {
-			return errFailed
-		}
-		return nil
+		return benchDone(stdout, c.json, sc, sc.ExactlyOnce)
 	}
 	var cards []*bench.Scorecard
 	for k := 1; k <= c.repeat; k++ {
@@ -140,25 +132,26 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stderr, "loadgen bench: wrote %s and %s\n", filepath.Join(c.out, "summary.json"), filepath.Join(c.out, "summary.md"))
-	if c.json {
-		if err := writeJSONLine(stdout, sum); err != nil {
+	return benchDone(stdout, c.json, sum, sum.ExactlyOnce)
+}
+
+// benchDone prints v, the scorecard or the summary, as one line of JSON
+// if asked to, and fails with errFailed unless every checked run was
+// exactly once.
+func benchDone(stdout io.Writer, asJSON bool, v any, exactlyOnce bool) error {
+	if asJSON {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("bench: encoding the results: %w", err)
+		}
+		if _, err := stdout.Write(append(b, '\n')); err != nil {
 			return err
 		}
 	}
-	if !sum.ExactlyOnce {
+	if !exactlyOnce {
 		return errFailed
 	}
 	return nil
-}
-
-// writeJSONLine writes v to w as one line of JSON.
-func writeJSONLine(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("bench: encoding the results: %w", err)
-	}
-	_, err = w.Write(append(b, '\n'))
-	return err
 }
 
 // benchOnce measures every selected case once, prints the scorecard and
