@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# Re-runs results/cpu-budget: two full loadgen bench runs (CPU per message and
-# cores beside every throughput case) and the go test CPU-per-message figures.
-# About eight minutes. Writes under /tmp/cpu-budget.
+# Re-runs results/cpu-budget: three full loadgen bench runs and their summary
+# (CPU per message and cores beside every throughput case) and the go test
+# CPU-per-message figures.
+# About eleven minutes. Writes under /tmp/cpu-budget.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=/tmp/cpu-budget
 mkdir -p $out
 go build -o $out/loadgen ./cmd/loadgen
 go test -c -o $out/transport.test ./transport
-for i in 1 2; do
-	$out/loadgen bench --out $out/bench-$i > $out/bench-$i.txt
-done
+$out/loadgen bench --repeat 3 --out $out/bench > $out/bench.txt
 # CPU per message of one process: user and system time over 30 M messages.
 for i in 1 2 3; do
 	for b in 'PlainTCPIdealBatching$' 'Transport1ChannelRuns64$' 'Transport1Channel$'; do
