@@ -274,22 +274,60 @@ func formatFigure(metric string, v float64) string {
 	return sig3(v)
 }
 
+// formatRatio formats a ratio to a baseline: "0.95 x", or "n/a" against a
+// zero baseline.
+func formatRatio(v float64) string {
+	if math.IsInf(v, 0) || math.IsNaN(v) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f x", v)
+}
+
+// formatJudged formats v, a ratio (on "ratio") or a value of metric, that a
+// goal of limit judges, so that it reads as the limit only if it is the
+// limit: 1000.4 µs against a goal of 1 ms is "1000.4 µs", not "1.00 ms",
+// and a ratio of 0.7996 against 0.8 is "0.7996 x".
+func formatJudged(on, metric string, v, limit float64) string {
+	f := func(x float64) string { return formatFigure(metric, x) }
+	if on == "ratio" {
+		f = formatRatio
+	}
+	// Three significant figures, or a ratio's two decimals, round away
+	// differences of up to half a percent or 0.005.
+	near := math.Abs(v-limit) < 0.005*math.Abs(limit)
+	if on == "ratio" {
+		near = math.Abs(v-limit) < 0.005
+	}
+	if v == limit || !near {
+		return f(v)
+	}
+	switch {
+	case on == "ratio":
+		return strconv.FormatFloat(v, 'f', 4, 64) + " x"
+	case strings.HasSuffix(metric, "_us"):
+		return strconv.FormatFloat(v, 'f', 1, 64) + " µs"
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
+}
+
 func (r Row) cells() []string {
-	base, ratio, goal, met := "", "", "", ""
+	value, base, ratio, goal, met := formatFigure(r.Figure.Metric, r.Value), "", "", "", ""
 	if r.Baseline != nil {
 		base = r.BaselineName + " " + formatFigure(r.Figure.Metric, r.BaselineValue)
-		ratio = "n/a"
-		if !math.IsInf(r.Ratio, 0) && !math.IsNaN(r.Ratio) {
-			ratio = fmt.Sprintf("%.2f x", r.Ratio)
-		}
+		ratio = formatRatio(r.Ratio)
 	}
 	if r.Met != nil {
 		goal, met = r.GoalText, "met"
 		if !*r.Met {
 			met = "NOT met"
 		}
+		if r.Goal.On == "ratio" {
+			ratio = formatJudged("ratio", r.Figure.Metric, r.Ratio, r.Goal.Limit)
+		} else {
+			value = formatJudged("value", r.Figure.Metric, r.Value, r.Goal.Limit)
+		}
 	}
-	return []string{r.Topology, r.What, formatFigure(r.Figure.Metric, r.Value), base, ratio, goal, met}
+	return []string{r.Topology, r.What, value, base, ratio, goal, met}
 }
 
 // deliveryLine says what a run's delivery check found, or "" if it made none.

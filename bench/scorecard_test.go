@@ -201,3 +201,37 @@ func TestScorecardRoundTrip(t *testing.T) {
 		t.Error("a row with a string ratio was read")
 	}
 }
+
+// A figure a goal judges never reads as the goal's limit unless it is the
+// limit, so that a table cannot show "1.00 ms" beside "NOT met".
+func TestFormatJudged(t *testing.T) {
+	for _, c := range []struct {
+		on, metric string
+		v, limit   float64
+		want       string
+	}{
+		{"value", "p99_us", 1000.4, 1000, "1000.4 µs"},
+		{"value", "p99_us", 999.6, 1000, "999.6 µs"},
+		{"value", "p99_us", 1000, 1000, "1.00 ms"},
+		{"value", "p99_us", 1012, 1000, "1.01 ms"},
+		{"value", "p99_us", 446.2, 1000, "446 µs"},
+		{"ratio", "msgs_per_s", 0.7996, 0.8, "0.7996 x"},
+		{"ratio", "msgs_per_s", 0.8, 0.8, "0.80 x"},
+		{"ratio", "msgs_per_s", 0.806, 0.8, "0.81 x"},
+		{"ratio", "p99_us", 4.001, 4, "4.0010 x"},
+		{"ratio", "msgs_per_s", math.Inf(1), 0.8, "n/a"},
+		{"value", "lost_share", 0.02001, 0.02, "0.02001"},
+	} {
+		if got := formatJudged(c.on, c.metric, c.v, c.limit); got != c.want {
+			t.Errorf("formatJudged(%q, %q, %v, %v) = %q, want %q", c.on, c.metric, c.v, c.limit, got, c.want)
+		}
+	}
+	s := testScorecard(t)
+	s.Runs[1].Figures["p99_us"] = 1000.4
+	if err := s.Compare("a p99", Ref{"a", "p99_us"}, nil, "", &Goal{"value", "<=", 1000}); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Rows[0].cells(); c[2] != "1000.4 µs" || c[6] != "NOT met" {
+		t.Errorf("a p99 of 1000.4 µs against 1 ms reads %q, %q", c[2], c[6])
+	}
+}

@@ -158,13 +158,14 @@ func spread(vs []float64) (median, lo, hi float64) {
 	return median, sorted[0], sorted[n-1]
 }
 
-// figure formats one of the row's figures.
+// figure formats one of the row's figures; against a goal, one that is not
+// the goal's limit never reads as it (formatJudged).
 func (r SummaryRow) figure(v float64) string {
+	if r.Goal != nil {
+		return formatJudged(r.On, r.Metric, v, r.Goal.Limit)
+	}
 	if r.On == "ratio" {
-		if math.IsInf(v, 0) || math.IsNaN(v) {
-			return "n/a"
-		}
-		return fmt.Sprintf("%.2f x", v)
+		return formatRatio(v)
 	}
 	return formatFigure(r.Metric, v)
 }
