@@ -415,6 +415,12 @@ func (s *Scorecard) WriteMarkdown(w io.Writer) error {
 
 // WriteScorecard writes s to dir as name.json and name.md, creating dir.
 func WriteScorecard(dir, name string, s *Scorecard) error {
+	return writeJSONAndMarkdown(dir, name, s, s.WriteMarkdown)
+}
+
+// writeJSONAndMarkdown writes v to dir as name.json (indented) and, with
+// md, as name.md, creating dir.
+func writeJSONAndMarkdown(dir, name string, v any, md func(io.Writer) error) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -422,9 +428,9 @@ func WriteScorecard(dir, name string, s *Scorecard) error {
 		{name + ".json", func(w io.Writer) error {
 			enc := json.NewEncoder(w)
 			enc.SetIndent("", "  ")
-			return enc.Encode(s)
+			return enc.Encode(v)
 		}},
-		{name + ".md", s.WriteMarkdown},
+		{name + ".md", md},
 	})
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -248,15 +247,5 @@ func (s *Summary) WriteMarkdown(w io.Writer) error {
 
 // WriteSummary writes s to dir as name.json and name.md, creating dir.
 func WriteSummary(dir, name string, s *Summary) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("bench: %w", err)
-	}
-	return writeFiles(dir, []outFile{
-		{name + ".json", func(w io.Writer) error {
-			enc := json.NewEncoder(w)
-			enc.SetIndent("", "  ")
-			return enc.Encode(s)
-		}},
-		{name + ".md", s.WriteMarkdown},
-	})
+	return writeJSONAndMarkdown(dir, name, s, s.WriteMarkdown)
 }
