@@ -183,7 +183,7 @@ func (r SummaryRow) cells() []string {
 	return c
 }
 
-// header returns the column names for n scorecards.
+// summaryHeader returns the column names for n scorecards.
 func summaryHeader(n int) []string {
 	h := []string{"topology", "what"}
 	for i := range n {
@@ -193,7 +193,7 @@ func summaryHeader(n int) []string {
 }
 
 func (s *Summary) verdict() string {
-	return fmt.Sprintf("%d scorecards; of %d goals, met in every one: %d, in more than half: %d; every checked run exactly once: %v",
+	return fmt.Sprintf("%d runs; of %d goals, met in every one: %d, in more than half: %d; every checked run exactly once: %v",
 		len(s.StartedAt), s.Goals, s.MetEvery, s.MetMost, s.ExactlyOnce)
 }
 
@@ -241,7 +241,8 @@ func (s *Summary) WriteMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(c, " | "))
 	}
-	fmt.Fprintln(w, "\nEach numbered column is one run's figure: the ratio to the row's baseline where it has one, else the value.")
+	fmt.Fprintln(w, "\nEach numbered column is one run's figure: the ratio to the row's baseline where it has one, else the value.\n"+
+		"A goal's count is in bold where it was met in half the runs or fewer.")
 	return nil
 }
 
