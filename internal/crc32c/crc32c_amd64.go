@@ -85,7 +85,10 @@ func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
 // three 512-bit registers onto the fourth, and last that one's lanes at
 // 48, 32 and 16 bytes from the end onto its last lane (whose own pair is
 // zero); near folds the first seven 256-bit registers onto the eighth
-// (224 to 32 bytes on), and k16 that one's low lane onto its high lane.
+// (224 to 32 bytes on), and k16 that one's low lane onto its high lane;
+// k1280 steps foldHybrid's lanes over a CRC part to the next fold part, and
+// shift moves its CRC32 streams' registers on over 768, 512 and 256 bytes
+// (shiftKey).
 type foldKeys struct {
 	k256, k192, k128, k64, last [8]uint64    // offsets 0, 64, 128, 192, 256
 	near                        [7][4]uint64 // 320
