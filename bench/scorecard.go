@@ -321,11 +321,13 @@ func (r Row) cells() []string {
 		if !*r.Met {
 			met = "NOT met"
 		}
-		if r.Goal.On == "ratio" {
-			ratio = formatJudged("ratio", r.Figure.Metric, r.Ratio, r.Goal.Limit)
-		} else {
-			value = formatJudged("value", r.Figure.Metric, r.Value, r.Goal.Limit)
-		}
+	}
+	switch {
+	case r.Goal == nil: // a row read back from JSON may carry a verdict without its goal
+	case r.Goal.On == "ratio":
+		ratio = formatJudged("ratio", r.Figure.Metric, r.Ratio, r.Goal.Limit)
+	default:
+		value = formatJudged("value", r.Figure.Metric, r.Value, r.Goal.Limit)
 	}
 	return []string{r.Topology, r.What, value, base, ratio, goal, met}
 }
