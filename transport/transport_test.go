@@ -155,6 +155,122 @@ func testManyChannelsShareOneConnection(t *testing.T, be []Option) {
 	}
 }
 
+// Send, TrySend, SendRun and Flush are safe for concurrent use on one
+// Sender: goroutines sharing it at full speed, each with its own mix of
+// single messages and runs, deliver every message once, and each
+// goroutine's in the order it sent them, while the channel's senders write
+// full batches themselves and the loop writes the rest (on gnet).
+func TestGoroutinesSharingASenderEachKeepTheirOrder(t *testing.T) {
+	forEachBackend(t, testGoroutinesSharingASender)
+}
+
+func testGoroutinesSharingASender(t *testing.T, be []Option) {
+	const goroutines, n, size = 4, 40000, 100
+	rx, tx, p := newPairOn(t, be, nil, nil)
+	var (
+		mu      sync.Mutex
+		next    [goroutines]uint32
+		got     int
+		badSeen []string
+	)
+	delivered := make(chan struct{})
+	rx.HandleAll(func(taskid.ID) Handler {
+		return func(_ taskid.Channel, _ uint64, msgs []Message) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range msgs {
+				g, k := binary.LittleEndian.Uint32(m.Payload), binary.LittleEndian.Uint32(m.Payload[4:])
+				switch {
+				case g >= goroutines:
+					badSeen = append(badSeen, fmt.Sprintf("message from goroutine %d", g))
+				case k != next[g]:
+					badSeen = append(badSeen, fmt.Sprintf("goroutine %d: got its message %d, want %d", g, k, next[g]))
+				}
+				if g < goroutines {
+					next[g] = k + 1
+				}
+			}
+			if got += len(msgs); got == goroutines*n {
+				close(delivered)
+			}
+		}
+	})
+	ctx := ctxT(t, 60*time.Second)
+	s, err := p.OpenSender(ctx, taskid.ID{Processor: 0}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := func(g, k int) []byte {
+		b := make([]byte, size)
+		binary.LittleEndian.PutUint32(b, uint32(g))
+		binary.LittleEndian.PutUint32(b[4:], uint32(k))
+		return b
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := range goroutines {
+		wg.Go(func() {
+			run := make([]Message, 0, 64)
+			for k := 0; k < n; {
+				var err error
+				switch (g + k/97) % 3 { // each goroutine changes its way every 97 messages
+				case 0: // one Send
+					err = s.Send(ctx, int64(k), msg(g, k))
+					k++
+				case 1: // a run of 1 to 64
+					run = run[:0]
+					for len(run) < 1+k%64 && k+len(run) < n {
+						run = append(run, Message{Ts: int64(k + len(run)), Payload: msg(g, k+len(run))})
+					}
+					var sent int
+					sent, err = s.SendRun(ctx, run)
+					k += sent
+				default: // TrySend, and Send where it finds no credit
+					if err = s.TrySend(int64(k), msg(g, k)); errors.Is(err, ErrNoCredit) {
+						err = s.Send(ctx, int64(k), msg(g, k))
+					}
+					k++
+				}
+				if err != nil {
+					errs <- fmt.Errorf("goroutine %d, message %d: %w", g, k, err)
+					return
+				}
+			}
+			if err := s.Flush(ctx); err != nil {
+				errs <- fmt.Errorf("goroutine %d: flush: %w", g, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	select {
+	case <-delivered:
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, e := range badSeen[:min(len(badSeen), 10)] {
+		t.Error(e)
+	}
+	if got != goroutines*n {
+		t.Errorf("delivered %d messages, want %d", got, goroutines*n)
+	}
+	if be != nil {
+		return
+	}
+	// The gnet backend: the paths this test is about both ran.
+	var st ConnStats
+	for _, c := range tx.Stats().Conns {
+		st.add(c)
+	}
+	if st.DirectWrites == 0 || st.Batches <= st.DirectWrites {
+		t.Errorf("%d batches, %d of them written by senders: want both senders and the loop writing", st.Batches, st.DirectWrites)
+	}
+}
+
 func TestSeveralConnectionsPerPeer(t *testing.T) { forEachBackend(t, testSeveralConnectionsPerPeer) }
 
 func testSeveralConnectionsPerPeer(t *testing.T, be []Option) {
