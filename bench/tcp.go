@@ -24,7 +24,9 @@ import (
 //     says it is due; [ReadStamped] reads what has arrived, up to 64 KiB at
 //     a time, and records Now()-intended for each message;
 //   - ping-pong: a [Pinger] writes one message and waits for [Echo] to send
-//     it back.
+//     it back; and the same with a hand-off between goroutines at each end
+//     ([NewHandOffPinger], [EchoHandOff]), as a node that reads on one
+//     goroutine and runs its handlers on others must make.
 //
 // Every message carries, in its first [StampLen] bytes, its intended send
 // time (little-endian int64, [Now] nanoseconds) and its sequence number
@@ -280,6 +282,54 @@ func Echo(rw io.ReadWriter, size int) error {
 	}
 }
 
+// EchoHandOff is [Echo] with a hand-off between goroutines: the calling
+// goroutine reads each message and hands it to a second goroutine, which
+// writes it back, as a node that reads on one goroutine and runs the task
+// that answers on another does. It returns at EOF, once every message read
+// has been written back, or at the first error of either goroutine.
+func EchoHandOff(rw io.ReadWriter, size int) error {
+	if err := checkSize(size); err != nil {
+		return err
+	}
+	// Two buffers circulate: one being read into while the other is
+	// written back.
+	free, full := make(chan []byte, 2), make(chan []byte, 2)
+	free <- make([]byte, size)
+	free <- make([]byte, size)
+	var werr error
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for buf := range full {
+			if _, err := rw.Write(buf); err != nil {
+				werr = err
+				return
+			}
+			free <- buf
+		}
+	}()
+	rerr := func() error {
+		defer close(full)
+		for {
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-written: // the writer failed
+				return nil
+			}
+			if _, err := io.ReadFull(rw, buf); err != nil {
+				if err == io.EOF {
+					return nil
+				}
+				return err
+			}
+			full <- buf
+		}
+	}()
+	<-written
+	return errors.Join(rerr, werr)
+}
+
 // Pinger is the near half of the ping-pong baseline: each Ping writes one
 // size-byte message and waits until [Echo] has sent it back. It is not safe
 // for concurrent use.
@@ -287,6 +337,16 @@ type Pinger struct {
 	rw         io.ReadWriter
 	ping, pong []byte
 	seq        uint64
+	// With a hand-off (NewHandOffPinger), the reading goroutine sends each
+	// pong on pongs and takes the buffer for the next back from free.
+	pongs chan pongRead
+	free  chan []byte
+	err   error // the read that ended the reading goroutine
+}
+
+type pongRead struct {
+	buf []byte
+	err error
 }
 
 // NewPinger returns a Pinger of size-byte messages over rw.
@@ -297,20 +357,59 @@ func NewPinger(rw io.ReadWriter, size int) (*Pinger, error) {
 	return &Pinger{rw: rw, ping: make([]byte, size), pong: make([]byte, size)}, nil
 }
 
+// NewHandOffPinger returns a Pinger whose pongs a goroutine of its own
+// reads and hands to Ping, which waits for them, as a node's handler hands
+// what arrives to the goroutine waiting for it. That goroutine ends at the
+// first failed read: close rw (or its reading half) when done.
+func NewHandOffPinger(rw io.ReadWriter, size int) (*Pinger, error) {
+	p, err := NewPinger(rw, size)
+	if err != nil {
+		return nil, err
+	}
+	// One pong is in flight at a time: one buffer, and room for the pong
+	// or the error that ends the reading goroutine.
+	p.pongs, p.free = make(chan pongRead, 1), make(chan []byte, 1)
+	p.free <- p.pong
+	go func() {
+		for buf := range p.free {
+			_, err := io.ReadFull(rw, buf)
+			p.pongs <- pongRead{buf, err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return p, nil
+}
+
 // Ping sends one message, waits for its echo, checks it, and returns the
 // round trip.
 func (p *Pinger) Ping() (time.Duration, error) {
+	if p.err != nil {
+		return 0, p.err
+	}
 	t0 := Now()
 	Stamp(p.ping, t0, p.seq)
 	p.seq++
 	if _, err := p.rw.Write(p.ping); err != nil {
 		return 0, err
 	}
-	if _, err := io.ReadFull(p.rw, p.pong); err != nil {
-		return 0, err
+	pong := p.pong
+	if p.pongs == nil {
+		if _, err := io.ReadFull(p.rw, pong); err != nil {
+			return 0, err
+		}
+	} else {
+		r := <-p.pongs
+		if r.err != nil { // the reading goroutine has ended
+			p.err = r.err
+			return 0, r.err
+		}
+		pong = r.buf
+		defer func() { p.free <- pong }()
 	}
 	rtt := time.Duration(Now() - t0)
-	if string(p.pong) != string(p.ping) {
+	if string(pong) != string(p.ping) {
 		return rtt, ErrBadEcho
 	}
 	return rtt, nil

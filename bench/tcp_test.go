@@ -159,6 +159,106 @@ func TestPingPongOverTCP(t *testing.T) {
 	}
 }
 
+// The ping-pong with a hand-off at each end: every ping comes back, the
+// echo ends cleanly at EOF, and the pinger's reading goroutine ends with
+// the connection, after which Ping fails.
+func TestPingPongWithHandOffs(t *testing.T) {
+	c, s, err := TCPPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer s.Close()
+	echoed := make(chan error, 1)
+	go func() { echoed <- EchoHandOff(s, 32) }()
+	p, err := NewHandOffPinger(c, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 1000 {
+		if rtt, err := p.Ping(); err != nil || rtt <= 0 {
+			t.Fatalf("ping: %v, %v", rtt, err)
+		}
+	}
+	c.CloseWrite()
+	if err := <-echoed; err != nil {
+		t.Errorf("echo: %v", err)
+	}
+	s.Close()
+	_, err1 := p.Ping()
+	_, err2 := p.Ping()
+	if err1 == nil || err2 == nil {
+		t.Errorf("pings after the echo closed: %v, then %v; want errors", err1, err2)
+	}
+}
+
+// A hand-off Pinger whose reading goroutine met the end of the stream
+// returns that to every Ping from then on, without writing.
+func TestHandOffPingerKeepsItsReadError(t *testing.T) {
+	var wrote bytes.Buffer
+	p, err := NewHandOffPinger(struct {
+		io.Reader
+		io.Writer
+	}{bytes.NewReader(nil), &wrote}, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := p.Ping(); err != io.EOF {
+			t.Errorf("ping %d: %v, want io.EOF", i, err)
+		}
+	}
+	if wrote.Len() != 32 {
+		t.Errorf("wrote %d bytes, want one ping's 32", wrote.Len())
+	}
+}
+
+// EchoHandOff writes back every message it read before EOF, in order, and
+// reports a stream cut inside a message.
+func TestEchoHandOffAnswersEveryMessage(t *testing.T) {
+	in := packedStamps(24, 200)
+	var out bytes.Buffer
+	if err := EchoHandOff(struct {
+		io.Reader
+		io.Writer
+	}{iotest.HalfReader(bytes.NewReader(in)), &out}, 24); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out.Bytes(), in) {
+		t.Errorf("echoed %d bytes, not the %d read", out.Len(), len(in))
+	}
+	err := EchoHandOff(struct {
+		io.Reader
+		io.Writer
+	}{bytes.NewReader(in[:30]), io.Discard}, 24)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("a stream cut inside a message: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if err := EchoHandOff(struct {
+		io.Reader
+		io.Writer
+	}{bytes.NewReader(in), failingWriter{}}, 24); !errors.Is(err, errWrite) {
+		t.Errorf("a failing write: %v, want it returned", err)
+	}
+}
+
+var errWrite = errors.New("write refused")
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errWrite }
+
+// packedStamps is n size-byte Stamped messages back to back.
+func packedStamps(size, n int) []byte {
+	var b []byte
+	for i := range n {
+		m := make([]byte, size)
+		Stamp(m, int64(i), uint64(i))
+		b = append(b, m...)
+	}
+	return b
+}
+
 // An echo that changes the message is caught.
 func TestPingerCatchesABadEcho(t *testing.T) {
 	c, s, err := TCPPair()

@@ -62,7 +62,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"a message; goals not met do not change the exit status.", stderr)
 	var c benchConfig
 	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (14 per topology with every group, 28 in all; the CPU stall probe at most 3s)")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (15 per topology with every group, 30 in all; the CPU stall probe at most 3s)")
 	cases := fs.String("cases", strings.Join(benchGroups, ","), "which groups of cases to measure, each with its own baselines: "+strings.Join(benchGroups, ", "))
 	fs.Float64Var(&c.rate, "rate", 100_000, "messages per second of the fixed-rate cases")
 	fs.StringVar(&c.topologies, "topology", "both", "which topologies to measure: one (two nodes in one process), two (two processes) or both")
@@ -162,7 +162,7 @@ func benchOnce(ctx context.Context, c benchConfig, topos []string, cases, out st
 	})
 	sc.Notes = append(sc.Notes,
 		"throughput is messages delivered and checked by the receiver divided by the time from the first send to the last delivery",
-		"the receiving transport tasks run inline (Node.HandleInline) in the throughput and fixed-rate cases, as loadgen run --scenario transport does by default; the ping-pong tasks run on their own goroutines (Node.Handle): the echo's handler sends each pong, the pinger's takes it and sends the next ping (plain TCP's pinger reads and writes on one goroutine); the hand-off rows are the harness before, whose handler handed each pong to a waiting goroutine that sent the next ping, as BenchmarkTransportPingPong does",
+		"the receiving transport tasks run inline (Node.HandleInline) in the throughput and fixed-rate cases, as loadgen run --scenario transport does by default; the ping-pong tasks run on their own goroutines (Node.Handle): the echo's handler sends each pong, the pinger's takes it and sends the next ping (plain TCP's pinger reads and writes on one goroutine); the hand-off rows are the harness before, whose handler handed each pong to a waiting goroutine that sent the next ping, as BenchmarkTransportPingPong does; plain TCP with hand-offs reads each message on one goroutine and hands it to another that answers it (the pinger's pong to the goroutine that sends the next ping, the echo's ping to the goroutine that writes it back): the hand-offs a node's delivery to its tasks makes, which plain TCP's one-goroutine pinger and echo do not",
 		fmt.Sprintf("the fixed-rate driver sleeps on a Go timer and then in the kernel (nanosleep) for the last 2 ms of each wait, never spinning, and sends what fell due in a burst (bench.FixedRate, load.Clock), for the transport and plain TCP alike; latency is from each message's intended send time; the driver alone, sending nothing, is how late this machine lets it hand messages over, a floor under every fixed-rate figure; plain TCP writes each message with a system call of its own, the best latency while the machine keeps up with %v writes a second, and the worst once it does not (its driver lag says which)", c.rate),
 		"CPU stalls: before the fixed-rate cases a thread pinned to each CPU spins for up to 3 s and counts every gap of 50 µs or more between its clock reads (bench.MeasureStalls): the guest's, when its kernel ran something else there, or the host's, when the thread was not switched out and the (virtual) CPU itself stopped; a p99.9 of 1 M messages at 100 k msgs/s is the 1000th latest, within reach of a few such stalls",
 		"goals are the default backend's (issue 14); the net backend's rows are for comparison")
@@ -211,7 +211,8 @@ func (b *bencher) steps() []benchStep {
 		{"fixed", b.tcpFixed},
 		{"fixed", func(ctx context.Context) error { return b.transportFixed(ctx, backendDefault) }},
 		{"fixed", func(ctx context.Context) error { return b.transportFixed(ctx, backendNet) }},
-		{"pingpong", b.tcpPingPong},
+		{"pingpong", func(ctx context.Context) error { return b.tcpPingPong(ctx, false) }},
+		{"pingpong", func(ctx context.Context) error { return b.tcpPingPong(ctx, true) }},
 		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendDefault, false) }},
 		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendDefault, true) }},
 		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendNet, false) }},
@@ -347,6 +348,14 @@ func benchRows(prefix string, rate float64) []benchRow {
 		rows = append(rows,
 			benchRow{"pingpong", "ping-pong: p50, " + c.name, ref(c.run, "p50_us"), refp("pingpong/tcp", "p50_us"), tcp, p50},
 			benchRow{"pingpong", "ping-pong: p99, " + c.name, ref(c.run, "p99_us"), refp("pingpong/tcp", "p99_us"), tcp, p99})
+	}
+	// What the hand-offs of a node's delivery cost plain TCP, and the
+	// default backend beside that: a reference, the goals stay plain TCP's.
+	const handOffs = "plain TCP with hand-offs"
+	for _, m := range []struct{ metric, name string }{{"p50_us", "p50"}, {"p99_us", "p99"}} {
+		rows = append(rows,
+			benchRow{"pingpong", "ping-pong: " + m.name + ", plain TCP, each message read on one goroutine and answered on another", ref("pingpong/tcp/hand-off", m.metric), refp("pingpong/tcp", m.metric), tcp, nil},
+			benchRow{"pingpong", "ping-pong: " + m.name + ", default backend vs plain TCP with the same hand-offs", ref("pingpong/"+backendDefault, m.metric), refp("pingpong/tcp/hand-off", m.metric), handOffs, nil})
 	}
 	return rows
 }

@@ -51,6 +51,10 @@ var issue14 = append([]wantRow{
 	{"pingpong/default/hand-off", "p99_us", "pingpong/tcp", nil},
 	{"pingpong/net", "p50_us", "pingpong/tcp", nil},
 	{"pingpong/net", "p99_us", "pingpong/tcp", nil},
+	{"pingpong/tcp/hand-off", "p50_us", "pingpong/tcp", nil},
+	{"pingpong/default", "p50_us", "pingpong/tcp/hand-off", nil},
+	{"pingpong/tcp/hand-off", "p99_us", "pingpong/tcp", nil},
+	{"pingpong/default", "p99_us", "pingpong/tcp/hand-off", nil},
 }, append(cpuRows(), stallRows()...)...)
 
 // wantRow is a row loadgen bench must print: a run's metric, the run it is
@@ -112,7 +116,7 @@ var checked = []string{"tcp-ceiling", "tcp-ceiling/slower", "max-runs/default", 
 // test checks.
 func TestBenchReportsEveryFigure(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 28 cases of 100 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 30 cases of 100 ms")
 	}
 	out := t.TempDir()
 	sc, text, cmd := runBench(t, buildLoadgen(t), "--duration", "100ms", "--out", out)
@@ -450,7 +454,7 @@ func TestBenchInOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := 14
+	runs := 15
 	if probesStalls {
 		runs++
 	}
@@ -531,7 +535,7 @@ func TestBenchCasesSelectGroups(t *testing.T) {
 	for _, r := range sc.Runs {
 		runs = append(runs, r.ID)
 	}
-	if want := []string{"1p/pingpong/tcp", "1p/pingpong/default", "1p/pingpong/default/hand-off", "1p/pingpong/net"}; !slices.Equal(runs, want) {
+	if want := []string{"1p/pingpong/tcp", "1p/pingpong/tcp/hand-off", "1p/pingpong/default", "1p/pingpong/default/hand-off", "1p/pingpong/net"}; !slices.Equal(runs, want) {
 		t.Errorf("runs %v, want %v", runs, want)
 	}
 	rows := 0

@@ -434,14 +434,23 @@ func (b *bencher) driverAlone(ctx context.Context) error {
 		Figures: map[string]float64{"p50_us": l.P50, "p99_us": l.P99, "p999_us": l.P999, "max_lag_us": float64(res.MaxLagNS) / 1e3}})
 }
 
-// tcpPingPong: one message there and back over plain TCP, for the duration.
-func (b *bencher) tcpPingPong(ctx context.Context) error {
-	conn, pid, closeConn, err := b.tcpSide(ctx, sideTCPEcho)
+// tcpPingPong: one message there and back over plain TCP, for the
+// duration. With handOff each end reads on one goroutine and answers on
+// another (bench.NewHandOffPinger, bench.EchoHandOff), the hand-offs a
+// node's delivery makes: the pinger's task takes each pong from the
+// connection's reader, and the echo's task each ping.
+func (b *bencher) tcpPingPong(ctx context.Context, handOff bool) error {
+	id, subject, kind, newPinger := "pingpong/tcp", "plain TCP", sideTCPEcho, bench.NewPinger
+	if handOff {
+		id, subject, kind, newPinger = "pingpong/tcp/hand-off", "plain TCP, each message read on one goroutine and answered on another",
+			sideTCPEchoHO, bench.NewHandOffPinger
+	}
+	conn, pid, closeConn, err := b.tcpSide(ctx, kind)
 	if err != nil {
 		return err
 	}
 	defer closeConn()
-	p, err := bench.NewPinger(conn, b.cfg.size)
+	p, err := newPinger(conn, b.cfg.size)
 	if err != nil {
 		return err
 	}
@@ -451,7 +460,7 @@ func (b *bencher) tcpPingPong(ctx context.Context) error {
 	for end := bench.Now() + int64(b.cfg.duration); bench.Now() < end; n++ {
 		rtt, err := p.Ping()
 		if err != nil {
-			return fmt.Errorf("pingpong/tcp: %w", err)
+			return fmt.Errorf("%s: %w", id, err)
 		}
 		rec.Record(int64(rtt))
 	}
@@ -459,9 +468,9 @@ func (b *bencher) tcpPingPong(ctx context.Context) error {
 		return err
 	}
 	if _, err := b.host.finish(ctx); err != nil {
-		return fmt.Errorf("pingpong/tcp: %w", err)
+		return fmt.Errorf("%s: %w", id, err)
 	}
-	return b.add(pingRun("pingpong/tcp", "plain TCP", pid, n, rec, time.Since(start)))
+	return b.add(pingRun(id, subject, pid, n, rec, time.Since(start)))
 }
 
 // pingRun is the run of n round trips recorded into rec over elapsed.

@@ -35,6 +35,7 @@ const (
 	sideTCPPacked  = "tcp-packed"  // bench.ReadPacked: the throughput ceiling's reader
 	sideTCPStamped = "tcp-stamped" // bench.ReadStamped: the fixed-rate baseline's reader
 	sideTCPEcho    = "tcp-echo"    // bench.Echo: the ping-pong baseline's echo
+	sideTCPEchoHO  = "tcp-echo-ho" // bench.EchoHandOff: the same with a hand-off between goroutines
 	sideNodeSink   = "node-sink"   // a node whose task (1, 0) checks and records what arrives, inline
 	sideNodeEcho   = "node-echo"   // a node whose task (1, 0) sends what arrives back to (0, 0) at ReplyTo
 )
@@ -108,7 +109,7 @@ func startSide(ctx context.Context, spec sideSpec) (side, error) {
 		return nil, fmt.Errorf("bench: message size %d is below %d", spec.Size, headerLen)
 	}
 	switch spec.Kind {
-	case sideTCPPacked, sideTCPStamped, sideTCPEcho:
+	case sideTCPPacked, sideTCPStamped, sideTCPEcho, sideTCPEchoHO:
 		return startTCPSide(spec)
 	case sideNodeSink:
 		return startSinkSide(spec)
@@ -152,6 +153,8 @@ func startTCPSide(spec sideSpec) (*tcpSide, error) {
 			r.d, r.err = bench.ReadPacked(c, spec.Size)
 		case sideTCPStamped:
 			r.d, r.err = bench.ReadStamped(c, spec.Size, s.rec)
+		case sideTCPEchoHO:
+			r.err = bench.EchoHandOff(c, spec.Size)
 		default:
 			r.err = bench.Echo(c, spec.Size)
 		}
