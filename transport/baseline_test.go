@@ -33,10 +33,21 @@ func plainTCPPair(b *testing.B) (client, server *net.TCPConn) {
 // BenchmarkPlainTCPPingPong is the baseline of BenchmarkTransportPingPong:
 // a 100-byte message there and back over one loopback connection
 // (bench.Pinger, bench.Echo, which loadgen bench runs too).
-func BenchmarkPlainTCPPingPong(b *testing.B) {
+func BenchmarkPlainTCPPingPong(b *testing.B) { benchPlainTCPPingPong(b, bench.Echo, bench.NewPinger) }
+
+// BenchmarkPlainTCPPingPongHandOff is BenchmarkPlainTCPPingPong with the
+// hand-offs a node's delivery makes: each end reads every message on one
+// goroutine and answers it on another (bench.NewHandOffPinger,
+// bench.EchoHandOff), as the transport's echo task answers a ping its
+// connection's loop read, and its pinger takes each pong from the loop.
+func BenchmarkPlainTCPPingPongHandOff(b *testing.B) {
+	benchPlainTCPPingPong(b, bench.EchoHandOff, bench.NewHandOffPinger)
+}
+
+func benchPlainTCPPingPong(b *testing.B, echo func(io.ReadWriter, int) error, newPinger func(io.ReadWriter, int) (*bench.Pinger, error)) {
 	c, s := plainTCPPair(b)
-	go func() { _ = bench.Echo(s, benchSize) }()
-	p, err := bench.NewPinger(c, benchSize)
+	go func() { _ = echo(s, benchSize) }()
+	p, err := newPinger(c, benchSize)
 	if err != nil {
 		b.Fatal(err)
 	}
