@@ -135,60 +135,47 @@ func TestReadStamped(t *testing.T) {
 	}
 }
 
+// The ping-pong, plain and with a hand-off at each end: every ping comes
+// back, the echo ends cleanly at EOF, and once the echo's end is closed
+// Ping fails (with a hand-off, the pinger's reading goroutine has ended).
 func TestPingPongOverTCP(t *testing.T) {
-	c, s, err := TCPPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	defer s.Close()
-	echoed := make(chan error, 1)
-	go func() { echoed <- Echo(s, 32) }()
-	p, err := NewPinger(c, 32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 100 {
-		if rtt, err := p.Ping(); err != nil || rtt <= 0 {
-			t.Fatalf("ping: %v, %v", rtt, err)
-		}
-	}
-	c.CloseWrite()
-	if err := <-echoed; err != nil {
-		t.Errorf("echo: %v", err)
-	}
-}
-
-// The ping-pong with a hand-off at each end: every ping comes back, the
-// echo ends cleanly at EOF, and the pinger's reading goroutine ends with
-// the connection, after which Ping fails.
-func TestPingPongWithHandOffs(t *testing.T) {
-	c, s, err := TCPPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	defer s.Close()
-	echoed := make(chan error, 1)
-	go func() { echoed <- EchoHandOff(s, 32) }()
-	p, err := NewHandOffPinger(c, 32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 1000 {
-		if rtt, err := p.Ping(); err != nil || rtt <= 0 {
-			t.Fatalf("ping: %v, %v", rtt, err)
-		}
-	}
-	c.CloseWrite()
-	if err := <-echoed; err != nil {
-		t.Errorf("echo: %v", err)
-	}
-	s.Close()
-	_, err1 := p.Ping()
-	_, err2 := p.Ping()
-	if err1 == nil || err2 == nil {
-		t.Errorf("pings after the echo closed: %v, then %v; want errors", err1, err2)
+	for _, c := range []struct {
+		name      string
+		echo      func(io.ReadWriter, int) error
+		newPinger func(io.ReadWriter, int) (*Pinger, error)
+	}{
+		{"plain", Echo, NewPinger},
+		{"hand-offs", EchoHandOff, NewHandOffPinger},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cl, s, err := TCPPair()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			defer s.Close()
+			echoed := make(chan error, 1)
+			go func() { echoed <- c.echo(s, 32) }()
+			p, err := c.newPinger(cl, 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 1000 {
+				if rtt, err := p.Ping(); err != nil || rtt <= 0 {
+					t.Fatalf("ping: %v, %v", rtt, err)
+				}
+			}
+			cl.CloseWrite()
+			if err := <-echoed; err != nil {
+				t.Errorf("echo: %v", err)
+			}
+			s.Close()
+			_, err1 := p.Ping()
+			_, err2 := p.Ping()
+			if err1 == nil || err2 == nil {
+				t.Errorf("pings after the echo closed: %v, then %v; want errors", err1, err2)
+			}
+		})
 	}
 }
 
