@@ -53,7 +53,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"'loadgen run --scenario transport' sends them, and one Send per message), its latency at a fixed rate, and\n"+
 		"its ping-pong round trip, for the default and the net backend, each beside plain TCP measured in the same run\n"+
 		"(the 64 KiB ideal-batching ceiling, measured before and after the transport's cases, the faster counting;\n"+
-		"the same fixed-rate driver writing each message; a TCP echo; and, as the machine's floor, the driver alone\n"+
+		"the same fixed-rate driver writing each message; a TCP echo, and one whose ends hand each message to another\n"+
+		"goroutine, as a node's delivery does; and, as the machine's floor, the driver alone\n"+
 		"and how long the CPUs stall under a thread spinning on each), in one process and across two (this binary\n"+
 		"re-executed as 'loadgen benchpeer' hosts the receiving end). Prints every figure with its baseline, the\n"+
 		"ratio, the goal of issue 14 and whether it was met, and writes bench.json and bench.md to --out. With\n"+
