@@ -406,10 +406,13 @@ func (p *Pinger) Ping() (time.Duration, error) {
 			return 0, r.err
 		}
 		pong = r.buf
-		defer func() { p.free <- pong }()
 	}
 	rtt := time.Duration(Now() - t0)
-	if string(pong) != string(p.ping) {
+	same := string(pong) == string(p.ping)
+	if p.pongs != nil {
+		p.free <- pong // the reading goroutine's buffer for the next pong
+	}
+	if !same {
 		return rtt, ErrBadEcho
 	}
 	return rtt, nil
