@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"path/filepath"
 	"strings"
@@ -176,23 +177,9 @@ func TestScorecardRoundTrip(t *testing.T) {
 	if got.ExactlyOnce || got.Goals != 2 || got.GoalsMet != 1 {
 		t.Errorf("read back exactly once %v, %d of %d goals", got.ExactlyOnce, got.GoalsMet, got.Goals)
 	}
-	var text, md bytes.Buffer
-	if err := s.WriteText(&text); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.WriteMarkdown(&md); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"0.90 x", ">= 0.80 x", "<= 1.00 ms", "NOT met", "n/a", "NOT exactly once", "goals met: 1 of 2"} {
-		if !strings.Contains(text.String(), want) {
-			t.Errorf("the text does not say %q:\n%s", want, text.String())
-		}
-	}
-	for _, want := range []string{"| one process | a vs ceiling | 9.00 Mmsgs/s | TCP 10.0 Mmsgs/s | 0.90 x | >= 0.80 x | met |", "**NOT met**", "**1 of 2**"} {
-		if !strings.Contains(md.String(), want) {
-			t.Errorf("the Markdown does not say %q:\n%s", want, md.String())
-		}
-	}
+	text, md := textAndMarkdown(t, s)
+	says(t, "text", text, "0.90 x", ">= 0.80 x", "<= 1.00 ms", "NOT met", "n/a", "NOT exactly once", "goals met: 1 of 2")
+	says(t, "Markdown", md, "| one process | a vs ceiling | 9.00 Mmsgs/s | TCP 10.0 Mmsgs/s | 0.90 x | >= 0.80 x | met |", "**NOT met**", "**1 of 2**")
 	if _, err := ReadScorecard(filepath.Join(dir, "bench.md")); err == nil {
 		t.Error("Markdown read as a scorecard")
 	}
@@ -233,5 +220,32 @@ func TestFormatJudged(t *testing.T) {
 	}
 	if c := s.Rows[0].cells(); c[2] != "1000.4 µs" || c[6] != "NOT met" {
 		t.Errorf("a p99 of 1000.4 µs against 1 ms reads %q, %q", c[2], c[6])
+	}
+}
+
+// textAndMarkdown is what s writes as text and as Markdown.
+func textAndMarkdown(t *testing.T, s interface {
+	WriteText(io.Writer) error
+	WriteMarkdown(io.Writer) error
+}) (text, md string) {
+	t.Helper()
+	var tb, mb bytes.Buffer
+	if err := s.WriteText(&tb); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteMarkdown(&mb); err != nil {
+		t.Fatal(err)
+	}
+	return tb.String(), mb.String()
+}
+
+// says reports each of wants that out (the text or the Markdown, what)
+// does not contain.
+func says(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("the %s does not say %q:\n%s", what, want, out)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"encoding/json"
 	"math"
 	"os"
@@ -156,22 +155,8 @@ func TestSummaryWrite(t *testing.T) {
 		r.Median == nil || math.Abs(*r.Median-0.9) > 1e-9 || r.Met != 1 {
 		t.Errorf("summary.json row 2 reads %+v", r)
 	}
-	var text, md bytes.Buffer
-	if err := s.WriteText(&text); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.WriteMarkdown(&md); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"0.90 x", "0.70 x", "n/a", "0.70 x - n/a", "1.20 ms", "1 of 3", "met in every one: 0, in more than half: 1"} {
-		if !strings.Contains(text.String(), want) {
-			t.Errorf("the text does not say %q:\n%s", want, text.String())
-		}
-	}
-	for _, want := range []string{"| one process | a vs ceiling | 0.90 x | 0.70 x | n/a | 0.90 x | 0.70 x - n/a | >= 0.80 x | **1 of 3** |",
-		"| one process | a p99 | 1.20 ms | 400 µs | 100 µs | 400 µs | 100 µs - 1.20 ms | <= 1.00 ms | 2 of 3 |"} {
-		if !strings.Contains(md.String(), want) {
-			t.Errorf("the Markdown does not say %q:\n%s", want, md.String())
-		}
-	}
+	text, md := textAndMarkdown(t, s)
+	says(t, "text", text, "0.90 x", "0.70 x", "n/a", "0.70 x - n/a", "1.20 ms", "1 of 3", "met in every one: 0, in more than half: 1")
+	says(t, "Markdown", md, "| one process | a vs ceiling | 0.90 x | 0.70 x | n/a | 0.90 x | 0.70 x - n/a | >= 0.80 x | **1 of 3** |",
+		"| one process | a p99 | 1.20 ms | 400 µs | 100 µs | 400 µs | 100 µs - 1.20 ms | <= 1.00 ms | 2 of 3 |")
 }
