@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"encoding/binary"
 	"strings"
 	"testing"
@@ -152,4 +153,46 @@ func TestCompareCountsReportsLostAndDuplicatedSeparately(t *testing.T) {
 	if lost, dup, diff := CompareCounts(want, want); lost != 0 || dup != 0 || diff != nil {
 		t.Errorf("equal counts: lost %d dup %d diff %v", lost, dup, diff)
 	}
+}
+
+func TestDecodeCountsRefusesWhatAppendCountsNeverWrites(t *testing.T) {
+	good := AppendCounts(nil, map[string]int64{"a": 2})
+	twice := append(binary.AppendUvarint(nil, 2), good[1:]...)
+	twice = append(twice, good[1:]...)
+	for name, b := range map[string][]byte{
+		"empty":                 nil,
+		"cut short":             good[:len(good)-1],
+		"trailing bytes":        append(bytes.Clone(good), 0),
+		"a word twice":          twice,
+		"a count beyond int64":  binary.AppendUvarint(append(binary.AppendUvarint(nil, 1), 1, 'a'), 1<<63),
+		"more words than bytes": binary.AppendUvarint(nil, 1<<40),
+	} {
+		if m, err := DecodeCounts(b); err == nil {
+			t.Errorf("%s: %x decoded as %v", name, b, m)
+		}
+	}
+}
+
+// FuzzDecodeCounts: counts read back from a checkpoint or a task's result
+// either fail to decode or are exactly what AppendCounts writes for them.
+func FuzzDecodeCounts(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(AppendCounts(nil, map[string]int64{}))
+	f.Add(AppendCounts(nil, map[string]int64{"a": 1, "": 0, "über": 1 << 40}))
+	f.Add([]byte{1, 1, 'a', 0x80, 0x00}) // a count written in two bytes
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeCounts(b)
+		if err != nil {
+			return
+		}
+		again, err := DecodeCounts(AppendCounts(nil, m))
+		if err != nil || len(again) != len(m) {
+			t.Fatalf("%v re-encoded decodes as %v, %v", m, again, err)
+		}
+		for w, c := range m {
+			if c < 0 || again[w] != c {
+				t.Fatalf("%q: %d, re-encoded %d", w, c, again[w])
+			}
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"unicode"
@@ -161,10 +162,11 @@ func AppendCounts(dst []byte, m map[string]int64) []byte {
 
 var errCounts = errors.New("jobs: malformed counts")
 
-// DecodeCounts inverts AppendCounts.
+// DecodeCounts inverts AppendCounts. It refuses what AppendCounts never
+// writes: a word twice, a count beyond int64, bytes after the last count.
 func DecodeCounts(b []byte) (map[string]int64, error) {
 	n, k := binary.Uvarint(b)
-	if k <= 0 || n > uint64(len(b)) {
+	if k <= 0 || n > uint64(len(b)-k)/2 { // a word takes two bytes at least
 		return nil, errCounts
 	}
 	b = b[k:]
@@ -177,11 +179,17 @@ func DecodeCounts(b []byte) (map[string]int64, error) {
 		w := string(b[k : k+int(l)])
 		b = b[k+int(l):]
 		c, k2 := binary.Uvarint(b)
-		if k2 <= 0 {
+		if k2 <= 0 || c > math.MaxInt64 {
+			return nil, errCounts
+		}
+		if _, dup := m[w]; dup {
 			return nil, errCounts
 		}
 		b = b[k2:]
 		m[w] = int64(c)
+	}
+	if len(b) != 0 {
+		return nil, errCounts
 	}
 	return m, nil
 }
