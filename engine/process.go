@@ -143,12 +143,19 @@ func (h *processHandle) restart(ctx context.Context) error {
 	return nil
 }
 
+// read takes the node's responses and events until its stdout ends. A
+// line that is not a control response, or one too long to read, breaks
+// the protocol: the node is killed, and its death, reported with the
+// reason, is recovered from like any other (the calls waiting on it fail
+// at once instead of waiting for their deadlines).
 func (h *processHandle) read(proc WorkerProcess, sc *bufio.Scanner, exited chan struct{}, life uint64) {
 	defer close(exited)
+	broke := ""
 	for sc.Scan() {
 		var r Response
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			continue
+			broke = fmt.Sprintf("engine: node %d broke the control protocol with the line %.200q (%v); killed it", h.node, sc.Bytes(), err)
+			break
 		}
 		if r.Event != nil {
 			h.events <- *r.Event
@@ -162,7 +169,16 @@ func (h *processHandle) read(proc WorkerProcess, sc *bufio.Scanner, exited chan 
 			ch <- r
 		}
 	}
+	if err := sc.Err(); err != nil && broke == "" {
+		broke = fmt.Sprintf("engine: node %d: reading its control lines: %v; killed it", h.node, err)
+	}
+	if broke != "" {
+		_ = proc.Kill()
+	}
 	how := proc.Wait()
+	if broke != "" {
+		how = broke + ": " + how
+	}
 	h.mu.Lock()
 	wasDead := h.mu.dead
 	if h.mu.proc == proc {
