@@ -94,8 +94,10 @@
 // memory of all windows to one peer ([WithPeerBudget]), each connection's inbound buffered bytes (payload
 // not yet consumed, [WithInboundBudget]; raw bytes, at most one frame of
 // [WithMaxFrame] plus one read, and before authentication one small frame).
-// Limits on frame size, channels per connection, connections per remote
-// address, handshake time and idle time each have an option. A peer that
+// Limits on frame size, channels per connection, the (source, target)
+// pairs the node keeps receiving state for ([WithMaxReceivers]),
+// connections per remote address, handshake time and idle time each have
+// an option. A peer that
 // sends malformed frames or passes a limit loses its own connection with a
 // GOAWAY and a typed error; other connections carry on. [Node.Stats] counts
 // the refusals ([RefusedStats]).

@@ -364,6 +364,46 @@ func TestAFloodOfOpensIsBoundedByTheChannelLimit(t *testing.T) {
 	})
 }
 
+// TestChurnOfNewPairsIsBoundedByTheReceiverLimit: a peer that opens and
+// closes channels of ever new (source, target) pairs, never more than one
+// open at a time, is refused once the node keeps state for as many pairs
+// as WithMaxReceivers allows, and no more state or targets (each with its
+// handler's goroutine under HandleAll) are made; a flow whose pairs the
+// node had before is untouched.
+func TestChurnOfNewPairsIsBoundedByTheReceiverLimit(t *testing.T) {
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		const limit = 100
+		rx := listeningNode(t, be, WithMaxReceivers(limit))
+		wait := legitFlow(t, rx, 20000, be...)
+		pairs := func() (pairs, targets int) {
+			rx.mu.Lock()
+			defer rx.mu.Unlock()
+			return len(rx.mu.recv), len(rx.mu.inboxes)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			if p, _ := pairs(); p == 2 {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("the legitimate flow opened %d pairs, want 2", p)
+			}
+		}
+		b := goodPreface()
+		for i := range 10 * limit {
+			id := taskid.ID{Processor: 9, Index: uint32(i)}
+			b = wire.AppendOpen(b, wire.Open{Channel: 0, Source: id, Target: id})
+			b = wire.AppendClose(b, wire.Close{Channel: 0})
+		}
+		sendExpectingLimit(t, rx.Addr(), b)
+		wait()
+		if rx.Stats().Refused.Limits == 0 {
+			t.Error("the limit was not counted")
+		}
+		if p, targets := pairs(); p != limit || targets > limit {
+			t.Errorf("%d pairs and %d targets, want %d pairs and at most as many targets", p, targets, limit)
+		}
+	})
+}
+
 func TestConnectionsPerAddressAreLimited(t *testing.T) {
 	forPlainBackends(t, func(t *testing.T, be []Option) {
 		rx := listeningNode(t, be, WithMaxConnsPerAddr(4))
@@ -528,7 +568,10 @@ func TestAPeerThatIgnoresFlowControlIsClosed(t *testing.T) {
 		wait()
 		// The receiver expects next exactly what follows the runs the task
 		// has or holds in its inbox: the refused run was never accepted.
-		rs := rx.recvState(taskid.ID{Processor: 9, Index: 0}, target)
+		rs, err := rx.recvState(taskid.ID{Processor: 9, Index: 0}, target)
+		if err != nil {
+			t.Fatal(err)
+		}
 		rs.inbox.mu.Lock()
 		queued := 0
 		for _, d := range rs.inbox.mu.q[rs.inbox.mu.head:] {

@@ -87,10 +87,14 @@ func (c *conn) onOpen(o wire.Open) error {
 	if err := c.in.table.Bind(o.Channel, key); err != nil {
 		return err
 	}
+	rs, err := c.node.recvState(o.Source, o.Target)
+	if err != nil {
+		return err
+	}
 	for int(o.Channel) >= len(c.in.byNum) {
 		c.in.byNum = append(c.in.byNum, nil)
 	}
-	ic := &inChan{key: key, rs: c.node.recvState(o.Source, o.Target)}
+	ic := &inChan{key: key, rs: rs}
 	c.in.byNum[o.Channel] = ic
 	ic.rs.onOpen(c, o, ic)
 	return nil

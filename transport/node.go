@@ -352,17 +352,24 @@ func (n *Node) inboxLocked(target taskid.ID) *inbox {
 	return in
 }
 
-func (n *Node) recvState(source, target taskid.ID) *recvState {
+// recvState returns the receiving state of (source, target), made on the
+// pair's first OPEN; it fails with taskid.ErrTooManyChannels when that
+// would pass the limit of [WithMaxReceivers].
+func (n *Node) recvState(source, target taskid.ID) (*recvState, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := pair{source, target}
 	rs, ok := n.mu.recv[k]
 	if !ok {
+		if len(n.mu.recv) >= n.o.maxReceivers {
+			return nil, fmt.Errorf("%w: %v -> %v would be this node's receiving pair number %d, over its limit (WithMaxReceivers)",
+				taskid.ErrTooManyChannels, source, target, len(n.mu.recv)+1)
+		}
 		rs = &recvState{key: k, inbox: n.inboxLocked(target)}
 		rs.mu.r = lossdetect.NewReceiver()
 		n.mu.recv[k] = rs
 	}
-	return rs
+	return rs, nil
 }
 
 // Peer returns the peer at addr ("host:port"), dialing it if it is new.

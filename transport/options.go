@@ -27,6 +27,7 @@ type options struct {
 	compress         bool
 	maxFrame         int
 	maxChannels      int
+	maxReceivers     int
 	peerBudget       int
 	inboundBudget    int
 	handshakeTimeout time.Duration
@@ -56,6 +57,7 @@ func defaultOptions() options {
 		batch:            batch.DefaultConfig(),
 		maxFrame:         wire.DefaultMaxFrame,
 		maxChannels:      65536,
+		maxReceivers:     DefaultMaxReceivers,
 		peerBudget:       DefaultPeerBudget,
 		inboundBudget:    64 << 20,
 		handshakeTimeout: 5 * time.Second,
@@ -161,6 +163,23 @@ func WithMaxFrame(n int) Option { return func(o *options) { o.maxFrame = n } }
 // WithMaxChannels limits the channels a peer may open on one connection.
 // Default 65536.
 func WithMaxChannels(n int) Option { return func(o *options) { o.maxChannels = n } }
+
+// DefaultMaxReceivers is the default of [WithMaxReceivers].
+const DefaultMaxReceivers = 1 << 16
+
+// WithMaxReceivers limits the (source, target) pairs this node keeps
+// receiving state for, from all peers together. The state of a pair
+// outlives its channels (it is what fences off an older epoch and lets a
+// reconnected channel resume), so without a bound a peer that opens and
+// closes channels of ever new tasks would grow it without end, and, under
+// [Node.HandleAll], start a goroutine for each new target. A channel that
+// would add a pair beyond the limit is refused like one beyond
+// [WithMaxChannels]: the connection ends with a GOAWAY that says so, and
+// pairs the node already has go on. A pair costs about 600 bytes when its
+// target is new (on amd64), a target under HandleAll a goroutine more.
+// Default DefaultMaxReceivers (65,536: an engine node receiving from 256
+// tasks into each of 256).
+func WithMaxReceivers(n int) Option { return func(o *options) { o.maxReceivers = n } }
 
 // WithPeerBudget limits the memory the windows of all channels to one peer
 // take: the payloads they retain (sent or not, not yet acknowledged) and
@@ -349,6 +368,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("transport: reconnect backoff %v..%v is not a range", o.minBackoff, o.maxBackoff)
 	case o.key != nil && len(o.key) < handshake.MinKeyLen:
 		return fmt.Errorf("%w: a key of %d bytes is too short, at least %d are needed", ErrBadKey, len(o.key), handshake.MinKeyLen)
+	case o.maxReceivers < 1:
+		return fmt.Errorf("transport: max receivers must be >= 1, got %d", o.maxReceivers)
 	case o.maxConnsPerAddr < 1:
 		return fmt.Errorf("transport: max connections per address must be >= 1, got %d", o.maxConnsPerAddr)
 	case o.backend != BackendGnet && o.backend != BackendNet:
