@@ -80,7 +80,15 @@ type Job struct {
 // Errors about a job's shape.
 var ErrInvalidJob = errors.New("engine: invalid job")
 
-// Validate checks the job: unique names, positive parallelism, one
+// MaxParallelism is the most tasks a processor may have. A job comes from
+// the program, or, through a job description, from the network (loadgen's
+// agents build the job a coordinator describes); each task costs state in
+// every worker, so a parallelism is bounded before anything is made for
+// it.
+const MaxParallelism = 1 << 16
+
+// Validate checks the job: unique names, parallelism in [1,
+// MaxParallelism], one
 // constructor per processor, edges between known processors, sources
 // without inputs and tasks with some, no cycles.
 func (j *Job) Validate() error {
@@ -96,8 +104,8 @@ func (j *Job) Validate() error {
 			return bad("processor %q appears twice", p.Name)
 		}
 		names[p.Name] = i
-		if p.Parallelism < 1 {
-			return bad("processor %q has parallelism %d", p.Name, p.Parallelism)
+		if p.Parallelism < 1 || p.Parallelism > MaxParallelism {
+			return bad("processor %q has parallelism %d, not in [1, %d]", p.Name, p.Parallelism, MaxParallelism)
 		}
 		if (p.NewSource == nil) == (p.NewTask == nil) {
 			return bad("processor %q needs exactly one of NewSource and NewTask", p.Name)

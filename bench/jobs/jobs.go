@@ -50,14 +50,23 @@ var (
 	epochUnixNano = epoch.UnixNano()
 )
 
+// MaxKeys is the most keys a pipeline may spread its messages over: the
+// check of its result visits every key.
+const MaxKeys = 1 << 20
+
 // Build makes the job spec describes. lat, if not nil, receives the
 // pipeline's end-to-end latencies (in the process that runs its sinks).
+// A spec may come over the network (loadgen's agents build what a
+// coordinator describes), so every field is checked: parallelism 0 means
+// 2, and otherwise must be what engine.Job allows.
 func Build(spec Spec, lat Latency) (*engine.Job, error) {
-	if spec.Middle < 1 {
-		spec.Middle = 2
-	}
-	if spec.Last < 1 {
-		spec.Last = 2
+	for _, p := range []*int{&spec.Middle, &spec.Last} {
+		switch {
+		case *p == 0:
+			*p = 2
+		case *p < 0 || *p > engine.MaxParallelism:
+			return nil, fmt.Errorf("jobs: parallelism %d, not in [1, %d] (0: 2)", *p, engine.MaxParallelism)
+		}
 	}
 	switch spec.Kind {
 	case "wordcount":

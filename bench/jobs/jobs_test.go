@@ -196,3 +196,38 @@ func FuzzDecodeCounts(f *testing.F) {
 		}
 	})
 }
+
+// TestBuildRefusesSpecsOutOfRange: a spec that may come over the network
+// is checked field by field before anything is made for it.
+func TestBuildRefusesSpecsOutOfRange(t *testing.T) {
+	ok := Spec{Kind: "pipeline", Size: 100}
+	if j, err := Build(ok, nil); err != nil || j.Procs[1].Parallelism != 2 || j.Procs[2].Parallelism != 2 {
+		t.Fatalf("Build(%+v) = %v, %v: want parallelism 2 by default", ok, j, err)
+	}
+	for name, s := range map[string]Spec{
+		"an unknown kind":          {Kind: "sort"},
+		"negative parallelism":     {Kind: "wordcount", Middle: -1},
+		"parallelism over the max": {Kind: "wordcount", Last: engine.MaxParallelism + 1},
+		"messages too small":       {Kind: "pipeline", Size: 23},
+		"messages too large":       {Kind: "pipeline", Size: MaxPipelineSize + 1},
+		"negative keys":            {Kind: "pipeline", Size: 100, Keys: -1},
+		"keys over the max":        {Kind: "pipeline", Size: 100, Keys: MaxKeys + 1},
+		"a negative limit":         {Kind: "pipeline", Size: 100, Limit: -1},
+	} {
+		if j, err := Build(s, nil); err == nil {
+			t.Errorf("%s: Build(%+v) made a job of %d processors", name, s, len(j.Procs))
+		}
+	}
+	for _, s := range []Spec{
+		{Kind: "pipeline", Size: MaxPipelineSize, Keys: MaxKeys, Middle: engine.MaxParallelism},
+		{Kind: "wordcount", Middle: 1, Last: engine.MaxParallelism},
+	} {
+		j, err := Build(s, nil)
+		if err == nil {
+			err = j.Validate()
+		}
+		if err != nil {
+			t.Errorf("Build(%+v) at the limits: %v", s, err)
+		}
+	}
+}

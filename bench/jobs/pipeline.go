@@ -10,16 +10,26 @@ import (
 	"github.com/sluicehq/sluice/engine"
 )
 
+// MaxPipelineSize is the largest pipeline message: the largest engine
+// message less the key (eight bytes and their one-byte length).
+const MaxPipelineSize = engine.MaxMessageBytes - 9
+
 // Pipeline is gen -> pass (round robin) -> sum (hash by key). Message i
 // (timestamp i) carries its send time, i, and filler; its key is
 // i mod Keys, and the sinks record, key by key, which i arrived and how
 // often, so that [CheckPipeline] finds every message lost or repeated.
 func Pipeline(spec Spec, lat Latency) (*engine.Job, error) {
-	if spec.Size < 24 {
-		return nil, fmt.Errorf("jobs: pipeline messages need at least 24 bytes, got %d", spec.Size)
+	if spec.Size < 24 || spec.Size > MaxPipelineSize {
+		return nil, fmt.Errorf("jobs: pipeline messages of %d bytes, not in [24, %d]", spec.Size, MaxPipelineSize)
 	}
-	if spec.Keys < 1 {
+	switch {
+	case spec.Keys == 0:
 		spec.Keys = 64
+	case spec.Keys < 0 || spec.Keys > MaxKeys:
+		return nil, fmt.Errorf("jobs: pipeline keys %d, not in [1, %d] (0: 64)", spec.Keys, MaxKeys)
+	}
+	if spec.Limit < 0 {
+		return nil, fmt.Errorf("jobs: pipeline limit %d is negative (0: no limit)", spec.Limit)
 	}
 	keys := spec.Keys
 	return &engine.Job{
