@@ -78,27 +78,50 @@ type Goal struct {
 	Limit float64 `json:"limit"`
 }
 
-// ErrBadGoal is returned by [Scorecard.Compare] for a goal it cannot judge.
+// ErrBadGoal is returned by [Scorecard.Compare] for a goal it cannot judge,
+// and by [ReadScorecard] for a scorecard holding one.
 var ErrBadGoal = errors.New("bench: a goal needs on ratio or value, op <= or >=, and a finite limit")
 
-func (g Goal) valid() bool {
-	return (g.On == "ratio" || g.On == "value") && (g.Op == "<=" || g.Op == ">=") && !math.IsNaN(g.Limit) && !math.IsInf(g.Limit, 0)
+// fault says what is wrong with g on a row with or without a baseline, or
+// "" if nothing is: a goal on the ratio needs a baseline to divide by.
+func (g Goal) fault(baseline bool) string {
+	switch {
+	case g.On != "ratio" && g.On != "value":
+		return fmt.Sprintf("on %q", g.On)
+	case g.Op != "<=" && g.Op != ">=":
+		return fmt.Sprintf("op %q", g.Op)
+	case math.IsNaN(g.Limit) || math.IsInf(g.Limit, 0):
+		return fmt.Sprintf("limit %v", g.Limit)
+	case g.On == "ratio" && !baseline:
+		return `on "ratio" without a baseline`
+	}
+	return ""
 }
 
 // Met reports whether a row of value and ratio meets g. A NaN or infinite
-// operand (a ratio against a zero baseline) never meets it.
+// operand (a ratio against a zero baseline) never meets it, and neither
+// does anything meet a goal whose On is not "ratio" or "value" or whose Op
+// is not "<=" or ">=".
 func (g Goal) Met(value, ratio float64) bool {
-	x := value
-	if g.On == "ratio" {
+	var x float64
+	switch g.On {
+	case "value":
+		x = value
+	case "ratio":
 		x = ratio
+	default:
+		return false
 	}
 	if math.IsNaN(x) || math.IsInf(x, 0) {
 		return false
 	}
-	if g.Op == "<=" {
+	switch g.Op {
+	case "<=":
 		return x <= g.Limit
+	case ">=":
+		return x >= g.Limit
 	}
-	return x >= g.Limit
+	return false
 }
 
 // Text formats g for a table: "ratio >= 0.8 x" or "<= 1000 µs".
@@ -240,8 +263,8 @@ func (s *Scorecard) Compare(what string, fig Ref, base *Ref, baseName string, go
 		}
 	}
 	if goal != nil {
-		if !goal.valid() || (goal.On == "ratio" && base == nil) {
-			return fmt.Errorf("%w: %+v (baseline %v)", ErrBadGoal, *goal, base)
+		if f := goal.fault(base != nil); f != "" {
+			return fmt.Errorf("%w: row %q has a goal with %s", ErrBadGoal, what, f)
 		}
 		g := *goal
 		met := g.Met(row.Value, row.Ratio)
@@ -436,15 +459,32 @@ func writeJSONAndMarkdown(dir, name string, v any, md func(io.Writer) error) err
 	})
 }
 
-// ReadScorecard reads a scorecard that WriteScorecard wrote.
+// ReadScorecard reads a scorecard that WriteScorecard wrote. It refuses,
+// with an error wrapping [ErrBadGoal] that names the file, the row and the
+// goal's bad field, a row whose goal [Scorecard.Compare] would not have
+// accepted, so that nothing judges a row by a goal it does not understand.
 func ReadScorecard(path string) (*Scorecard, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
+	return decodeScorecard(path, b)
+}
+
+// decodeScorecard decodes b, the JSON of a scorecard read from path, and
+// checks its goals.
+func decodeScorecard(path string, b []byte) (*Scorecard, error) {
 	var s Scorecard
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, fmt.Errorf("bench: reading scorecard %s: %w", path, err)
+	}
+	for k, r := range s.Rows {
+		if r.Goal == nil {
+			continue
+		}
+		if f := r.Goal.fault(r.Baseline != nil); f != "" {
+			return nil, fmt.Errorf("%w: scorecard %s, row %d (%q) has a goal with %s", ErrBadGoal, path, k+1, r.What, f)
+		}
 	}
 	return &s, nil
 }

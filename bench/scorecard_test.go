@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,6 +28,10 @@ func TestGoalMet(t *testing.T) {
 		{Goal{"ratio", "<=", 2}, 1, math.Inf(1), false}, // a zero baseline never meets a goal
 		{Goal{"ratio", ">=", 0.8}, 1, math.Inf(1), false},
 		{Goal{"ratio", ">=", 0.8}, 1, math.NaN(), false},
+		{Goal{"value", "<", 10}, 20, 20, false}, // an op it does not know is never met, not read as >=
+		{Goal{"value", "", 10}, 20, 20, false},
+		{Goal{"speed", "<=", 10}, 5, 5, false}, // nor is a goal on something it does not know
+		{Goal{"", ">=", 10}, 20, 20, false},
 	} {
 		if got := c.goal.Met(c.value, c.ratio); got != c.met {
 			t.Errorf("%+v with value %v ratio %v: met %v, want %v", c.goal, c.value, c.ratio, got, c.met)
@@ -34,7 +39,7 @@ func TestGoalMet(t *testing.T) {
 	}
 }
 
-func testScorecard(t *testing.T) *Scorecard {
+func testScorecard(t testing.TB) *Scorecard {
 	t.Helper()
 	s := NewScorecard("test", map[string]any{"size": 100})
 	yes, no := true, false
@@ -187,6 +192,94 @@ func TestScorecardRoundTrip(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"value":1,"ratio":"fast"}`), &r); err == nil {
 		t.Error("a row with a string ratio was read")
 	}
+}
+
+// A scorecard read back from a file whose goals Compare would not have
+// accepted is refused, naming the file, the row and the bad field, rather
+// than being judged by a guess at what the goal meant.
+func TestReadScorecardBadGoal(t *testing.T) {
+	const rows = `{"title":"t","rows":[
+		{"what":"fine","figure":{"run":"a","metric":"p99_us"},"value":5,"goal":{"on":"value","op":"<=","limit":10}},
+		{"what":"bad","figure":{"run":"a","metric":"p99_us"},"value":5,%s}]}`
+	for _, c := range []struct {
+		name, row, says string
+	}{
+		{"an op it does not know", `"goal":{"on":"value","op":"<","limit":10}`, `op "<"`},
+		{"no op", `"goal":{"on":"value","limit":10}`, `op ""`},
+		{"a goal on something it does not know", `"goal":{"on":"speed","op":"<=","limit":10}`, `on "speed"`},
+		{"a goal on the ratio without a baseline", `"ratio":0.5,"goal":{"on":"ratio","op":"<=","limit":10}`, `on "ratio" without a baseline`},
+	} {
+		path := filepath.Join(t.TempDir(), "bench.json")
+		if err := os.WriteFile(path, []byte(strings.Replace(rows, "%s", c.row, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sc, err := ReadScorecard(path)
+		if err == nil {
+			t.Errorf("%s: read %+v", c.name, sc.Rows[1].Goal)
+			continue
+		}
+		if !errors.Is(err, ErrBadGoal) {
+			t.Errorf("%s: error %v, want ErrBadGoal", c.name, err)
+		}
+		for _, want := range []string{path, `row 2 ("bad")`, c.says} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q does not say %q", c.name, err, want)
+			}
+		}
+	}
+}
+
+// FuzzReadScorecard feeds arbitrary bytes to the scorecard decoder behind
+// ReadScorecard. Nothing panics, neither reading nor writing what was read
+// as text and Markdown; every goal read is one Compare would accept; and
+// what it accepts encodes as WriteScorecard writes it to JSON that reads
+// back and encodes the same (compared by encoding, since JSON's spelling of
+// a value is not unique).
+func FuzzReadScorecard(f *testing.F) {
+	s := testScorecard(f)
+	_ = s.Compare("a vs ceiling", Ref{"a", "msgs_per_s"}, &Ref{"tcp", "msgs_per_s"}, "TCP", &Goal{"ratio", ">=", 0.8})
+	_ = s.Compare("a p99", Ref{"a", "p99_us"}, &Ref{"tcp", "p99_us"}, "TCP", &Goal{"value", "<=", 1000})
+	_ = s.Compare("a vs zero", Ref{"a", "msgs_per_s"}, &Ref{"zero", "msgs_per_s"}, "nothing", nil)
+	s.Notes = []string{"a note"}
+	b, err := json.Marshal(s)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(b)
+	for _, in := range []string{"", "{}", "null", "[]", `{"rows":[{}]}`, `{"rows":[null]}`, `{"rows":[{"ratio":null,"baseline":{}}]}`,
+		`{"rows":[{"goal":{"on":"value","op":"<","limit":1}}]}`, `{"rows":[{"goal":{"on":"ratio","op":">=","limit":1}}]}`,
+		`{"rows":[{"baseline":{},"ratio":"fast"}]}`, `{"runs":[{"id":"a","figures":{"p99_us":1e308}}],"notes":[]}`} {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := decodeScorecard("fuzz.json", data)
+		if err != nil {
+			return
+		}
+		for k, r := range s.Rows {
+			if r.Goal != nil && r.Goal.fault(r.Baseline != nil) != "" {
+				t.Fatalf("row %d read with a goal Compare refuses: %+v", k+1, *r.Goal)
+			}
+		}
+		if err := errors.Join(s.WriteText(io.Discard), s.WriteMarkdown(io.Discard)); err != nil {
+			t.Fatalf("writing what was read as text and Markdown: %v", err)
+		}
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatalf("encoding what was read (%q): %v", data, err)
+		}
+		s2, err := decodeScorecard("fuzz.json", b)
+		if err != nil {
+			t.Fatalf("%q reads back, but what it encodes as (%q) does not: %v", data, b, err)
+		}
+		b2, err := json.Marshal(s2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, b2) {
+			t.Fatalf("%q reads as a scorecard that encodes as %q, then as %q", data, b, b2)
+		}
+	})
 }
 
 // A figure a goal judges never reads as the goal's limit unless it is the

@@ -161,7 +161,9 @@ func WithCompression(on bool) Option { return func(o *options) { o.compress = on
 func WithMaxFrame(n int) Option { return func(o *options) { o.maxFrame = n } }
 
 // WithMaxChannels limits the channels a peer may open on one connection.
-// Default 65536.
+// n must be at least 1: the limit is what bounds the memory a peer can make
+// a connection hold in channel state, so there is no "no limit". Default
+// 65536.
 func WithMaxChannels(n int) Option { return func(o *options) { o.maxChannels = n } }
 
 // DefaultMaxReceivers is the default of [WithMaxReceivers].
@@ -248,10 +250,12 @@ func WithClockOffset(d time.Duration) Option { return func(o *options) { o.clock
 func WithHandshakeTimeout(d time.Duration) Option { return func(o *options) { o.handshakeTimeout = d } }
 
 // WithIdleTimeout closes connections on which nothing arrived for d (pings
-// keep healthy connections alive). Default 0: never.
+// keep healthy connections alive); d must not be negative. Default 0: never.
 func WithIdleTimeout(d time.Duration) Option { return func(o *options) { o.idleTimeout = d } }
 
-// WithDialTimeout bounds one connection attempt. Default 3 s.
+// WithDialTimeout bounds one connection attempt; d must be positive (a
+// dial without a bound would wait for the kernel to give up, minutes with
+// Linux's defaults, before the next attempt). Default 3 s.
 func WithDialTimeout(d time.Duration) Option { return func(o *options) { o.dialTimeout = d } }
 
 // WithReconnectBackoff sets the exponential backoff between connection
@@ -368,6 +372,12 @@ func (o *options) validate() error {
 		return fmt.Errorf("transport: reconnect backoff %v..%v is not a range", o.minBackoff, o.maxBackoff)
 	case o.key != nil && len(o.key) < handshake.MinKeyLen:
 		return fmt.Errorf("%w: a key of %d bytes is too short, at least %d are needed", ErrBadKey, len(o.key), handshake.MinKeyLen)
+	case o.maxChannels < 1:
+		return fmt.Errorf("transport: max channels must be >= 1, got %d", o.maxChannels)
+	case o.dialTimeout <= 0:
+		return fmt.Errorf("transport: dial timeout must be > 0, got %v", o.dialTimeout)
+	case o.idleTimeout < 0:
+		return fmt.Errorf("transport: idle timeout must be >= 0 (0: never), got %v", o.idleTimeout)
 	case o.maxReceivers < 1:
 		return fmt.Errorf("transport: max receivers must be >= 1, got %d", o.maxReceivers)
 	case o.maxConnsPerAddr < 1:

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -38,5 +39,38 @@ func TestFlatOptionsSetTheConfigsBehindThem(t *testing.T) {
 	WithAckTimeouts(ms, 2*ms, time.Second)(&o)
 	if err := o.validate(); err == nil {
 		t.Error("an initial ack timeout below the minimum was accepted")
+	}
+}
+
+// NewNode refuses a channel limit below 1, a dial timeout that is not
+// positive and a negative idle timeout, naming the option and the value,
+// instead of reading them as no limit, a dial that fails at once, or never.
+func TestNewNodeRefusesLimitsAndTimeoutsOutOfRange(t *testing.T) {
+	for _, c := range []struct {
+		opt  Option
+		says string
+	}{
+		{WithMaxChannels(0), "max channels must be >= 1, got 0"},
+		{WithMaxChannels(-5), "max channels must be >= 1, got -5"},
+		{WithDialTimeout(0), "dial timeout must be > 0, got 0s"},
+		{WithDialTimeout(-time.Second), "dial timeout must be > 0, got -1s"},
+		{WithIdleTimeout(-time.Second), "idle timeout must be >= 0 (0: never), got -1s"},
+	} {
+		n, err := NewNode(c.opt)
+		if err == nil {
+			n.Abort()
+			t.Errorf("NewNode accepted an option it should refuse with %q", c.says)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.says) {
+			t.Errorf("NewNode: error %q, want one saying %q", err, c.says)
+		}
+	}
+	for _, opt := range []Option{WithMaxChannels(1), WithDialTimeout(time.Nanosecond), WithIdleTimeout(0)} {
+		o := defaultOptions()
+		opt(&o)
+		if err := o.validate(); err != nil {
+			t.Errorf("the smallest allowed value was refused: %v", err)
+		}
 	}
 }
