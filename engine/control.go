@@ -43,6 +43,17 @@ type Response struct {
 	Addr     string               `json:"addr,omitempty"` // the hello line
 }
 
+// lacks names the field that r, a successful answer to a call of op, must
+// carry and does not ("" when it has what op needs): the coordinator reads
+// a clock round's Clock. A worker of another version, or a foreign process
+// behind a Launcher, may leave it out.
+func (r *Response) lacks(op string) string {
+	if op == "clock" && r.Clock == nil {
+		return "clock"
+	}
+	return ""
+}
+
 // Do executes one control request.
 func (w *Worker) Do(req Request) Response {
 	r := Response{ID: req.ID}

@@ -19,12 +19,28 @@ import (
 
 // RestartPolicy bounds recoveries: at most MaxRestarts within Window, each
 // after a backoff that starts at MinBackoff and doubles up to MaxBackoff
-// while failures follow each other closely.
+// while failures follow each other closely (it starts again at MinBackoff
+// once a generation completes a checkpoint).
+//
+// A field left zero takes its default (see [DefaultRestartPolicy]), on its
+// own: RestartPolicy{MaxRestarts: 5} allows 5 restarts a minute, backing
+// off from 10 ms to 1 s. A zero backoff defaults within the other one when
+// that is set: MinBackoff to at most MaxBackoff, MaxBackoff to at least
+// MinBackoff. A field cannot be negative, and MinBackoff cannot exceed
+// MaxBackoff; [NewCoordinator] refuses such a policy (see
+// [RestartPolicy.Validate]).
 type RestartPolicy struct {
+	// MaxRestarts is how many recoveries Window may hold; the failure
+	// after them ends the run with ErrRestartsExhausted. Default 10 (0
+	// cannot mean none).
 	MaxRestarts int
-	Window      time.Duration
-	MinBackoff  time.Duration
-	MaxBackoff  time.Duration
+	// Window is how far back failures count. Default 1 minute.
+	Window time.Duration
+	// MinBackoff is the first wait before a restart, and the wait again
+	// after a generation that completed a checkpoint. Default 10 ms.
+	MinBackoff time.Duration
+	// MaxBackoff bounds the doubled wait. Default 1 s.
+	MaxBackoff time.Duration
 }
 
 // DefaultRestartPolicy allows 10 restarts a minute, backing off from 10 ms
@@ -32,6 +48,60 @@ type RestartPolicy struct {
 func DefaultRestartPolicy() RestartPolicy {
 	return RestartPolicy{MaxRestarts: 10, Window: time.Minute, MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second}
 }
+
+// Validate says what is wrong with p: a negative field, or a MinBackoff
+// above MaxBackoff when both are set. Zero fields are valid; they take
+// their defaults (see [RestartPolicy]).
+func (p RestartPolicy) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidRestartPolicy, fmt.Sprintf(format, a...))
+	}
+	if p.MaxRestarts < 0 {
+		return bad("MaxRestarts is %d; it must be positive, or 0 for the default (%d)", p.MaxRestarts, DefaultRestartPolicy().MaxRestarts)
+	}
+	for _, f := range []struct {
+		name string
+		v, d time.Duration
+	}{
+		{"Window", p.Window, DefaultRestartPolicy().Window},
+		{"MinBackoff", p.MinBackoff, DefaultRestartPolicy().MinBackoff},
+		{"MaxBackoff", p.MaxBackoff, DefaultRestartPolicy().MaxBackoff},
+	} {
+		if f.v < 0 {
+			return bad("%s is %v; it must be positive, or 0 for the default (%v)", f.name, f.v, f.d)
+		}
+	}
+	if p.MinBackoff > 0 && p.MaxBackoff > 0 && p.MinBackoff > p.MaxBackoff {
+		return bad("MinBackoff %v is above MaxBackoff %v; the backoff doubles from MinBackoff up to MaxBackoff",
+			p.MinBackoff, p.MaxBackoff)
+	}
+	return nil
+}
+
+// withDefaults returns p with each zero field set to its default, kept
+// consistent with the backoff that is set. p must be valid.
+func (p RestartPolicy) withDefaults() RestartPolicy {
+	d := DefaultRestartPolicy()
+	if p.MaxRestarts == 0 {
+		p.MaxRestarts = d.MaxRestarts
+	}
+	if p.Window == 0 {
+		p.Window = d.Window
+	}
+	switch {
+	case p.MinBackoff == 0 && p.MaxBackoff == 0:
+		p.MinBackoff, p.MaxBackoff = d.MinBackoff, d.MaxBackoff
+	case p.MinBackoff == 0:
+		p.MinBackoff = min(d.MinBackoff, p.MaxBackoff)
+	case p.MaxBackoff == 0:
+		p.MaxBackoff = max(d.MaxBackoff, p.MinBackoff)
+	}
+	return p
+}
+
+// ErrInvalidRestartPolicy is wrapped by the error of [NewCoordinator] for a
+// [RestartPolicy] that [RestartPolicy.Validate] refuses.
+var ErrInvalidRestartPolicy = errors.New("engine: invalid restart policy")
 
 // ErrRestartsExhausted means the pipeline failed more often than its
 // RestartPolicy allows; the error wrapping it names the last failure.
@@ -74,7 +144,8 @@ type Config struct {
 	// InitialInterval is the first checkpoint interval in timestamp units;
 	// later ones adapt to how fast the global clock moves. Default 4096.
 	InitialInterval int64
-	// Restart is the restart policy; zero value: DefaultRestartPolicy.
+	// Restart is the restart policy; each zero field takes its default
+	// (DefaultRestartPolicy's), and an invalid policy is refused.
 	Restart RestartPolicy
 	// Faults are the transport faults every in-process worker injects
 	// (children get theirs from Spawn).
@@ -181,7 +252,8 @@ type Coordinator struct {
 	}
 }
 
-// NewCoordinator checks the job and the configuration.
+// NewCoordinator checks the job and the configuration, and fills in the
+// defaults of what the configuration leaves zero.
 func NewCoordinator(job *Job, cfg Config) (*Coordinator, error) {
 	if err := job.Validate(); err != nil {
 		return nil, err
@@ -199,9 +271,10 @@ func NewCoordinator(job *Job, cfg Config) (*Coordinator, error) {
 	if cfg.ClockStallAlert == 0 {
 		cfg.ClockStallAlert = 10 * time.Second
 	}
-	if cfg.Restart == (RestartPolicy{}) {
-		cfg.Restart = DefaultRestartPolicy()
+	if err := cfg.Restart.Validate(); err != nil {
+		return nil, err
 	}
+	cfg.Restart = cfg.Restart.withDefaults()
 	if cfg.Dir == "" {
 		return nil, errors.New("engine: Config.Dir is required")
 	}

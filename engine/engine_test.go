@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -146,6 +147,81 @@ func TestRestartPolicyExhaustionIsAClearError(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "injected crash") {
 		t.Errorf("error %q does not name the last failure", err)
+	}
+}
+
+// failingTask fails every message it is given.
+type failingTask struct{}
+
+var errAlwaysFails = errors.New("this task always fails")
+
+func (failingTask) Process([]engine.Message, *engine.Emitter) error { return errAlwaysFails }
+
+// TestAPartlyFilledRestartPolicyTakesTheDefaultsOfTheRest: a policy that
+// sets only MaxRestarts gets the default window and backoffs, so a job
+// whose task always fails is restarted MaxRestarts times, then ends with
+// ErrRestartsExhausted naming the task's failure. (With a zero window and
+// no backoff it used to restart for ever, as fast as it could.)
+func TestAPartlyFilledRestartPolicyTakesTheDefaultsOfTheRest(t *testing.T) {
+	job := &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
+				return &jobs.GenSource{Size: 24, Limit: 1000}, nil
+			}},
+			{Name: "fail", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return failingTask{}, nil }},
+		},
+		Edges: []engine.Edge{{From: "gen", To: "fail", Partitioner: engine.Hash}},
+	}
+	var recoveries atomic.Int32
+	c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true,
+		Restart: engine.RestartPolicy{MaxRestarts: 2},
+		OnEvent: func(kind, _ string) {
+			if kind == "recovery" {
+				recoveries.Add(1)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+	defer cancel()
+	_, err = c.Run(ctx)
+	if !errors.Is(err, engine.ErrRestartsExhausted) {
+		t.Fatalf("run ended with %v after %d recoveries, want ErrRestartsExhausted after 2", err, recoveries.Load())
+	}
+	if want := "3 failures within 1m0s"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q: the default window was not applied", err, want)
+	}
+	if !strings.Contains(err.Error(), errAlwaysFails.Error()) {
+		t.Errorf("error %q does not name the task's failure", err)
+	}
+	if n := recoveries.Load(); n != 2 {
+		t.Errorf("%d recoveries, want the 2 the policy allows", n)
+	}
+}
+
+// TestNewCoordinatorRefusesARestartPolicyThatMakesNoSense: negative fields
+// and a minimum backoff above the maximum are refused, naming the field.
+func TestNewCoordinatorRefusesARestartPolicyThatMakesNoSense(t *testing.T) {
+	job := &engine.Job{Procs: []engine.Proc{{Name: "src", Parallelism: 1,
+		NewSource: func(int) (engine.Source, error) { return idleSource{}, nil }}}}
+	for _, tc := range []struct {
+		name   string
+		policy engine.RestartPolicy
+		says   string
+	}{
+		{"a negative MaxRestarts", engine.RestartPolicy{MaxRestarts: -1}, "MaxRestarts is -1"},
+		{"a negative Window", engine.RestartPolicy{Window: -time.Second}, "Window is -1s"},
+		{"a negative MinBackoff", engine.RestartPolicy{MinBackoff: -time.Millisecond}, "MinBackoff is -1ms"},
+		{"a negative MaxBackoff", engine.RestartPolicy{MaxBackoff: -time.Millisecond}, "MaxBackoff is -1ms"},
+		{"MinBackoff above MaxBackoff", engine.RestartPolicy{MinBackoff: 2 * time.Second, MaxBackoff: time.Second}, "MinBackoff 2s is above MaxBackoff 1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), Restart: tc.policy})
+			if !errors.Is(err, engine.ErrInvalidRestartPolicy) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("NewCoordinator returned %v, want ErrInvalidRestartPolicy saying %q", err, tc.says)
+			}
+		})
 	}
 }
 

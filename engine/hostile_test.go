@@ -119,3 +119,57 @@ func TestAMalformedMessageFromAForeignPeerFailsTheTaskClearly(t *testing.T) {
 	default:
 	}
 }
+
+// TestAStartCommandThatDoesNotFitTheJobIsRefused: a start command from the
+// network whose node or placement names a node its addresses do not, or
+// whose placement does not place every task, is refused with an error
+// saying so, and the generation that runs goes on. (A task placed on a
+// node beyond the addresses used to panic the worker's process.)
+func TestAStartCommandThatDoesNotFitTheJobIsRefused(t *testing.T) {
+	job := &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "src", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return idleSource{}, nil }},
+			{Name: "sink", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return keepTask{make(chan string, 1)}, nil }},
+		},
+		Edges: []engine.Edge{{From: "src", To: "sink", Partitioner: engine.RoundRobin}},
+	}
+	w, err := engine.NewWorker(job, engine.WorkerConfig{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	two := []string{w.Addr(), "127.0.0.1:1"}
+	// Generation 1 runs the sink here; its source is on a node nobody runs.
+	if err := w.Start(engine.StartCmd{Gen: 1, Node: 0, Addrs: two, Placement: []int{1, 0}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cmd  engine.StartCmd
+		says string
+	}{
+		{"a task placed on a node beyond the addresses",
+			engine.StartCmd{Gen: 2, Node: 0, Addrs: two, Placement: []int{0, 2}}, "puts task 1.0 on node 2; the command's Addrs name nodes 0 to 1"},
+		{"a task placed on a negative node",
+			engine.StartCmd{Gen: 2, Node: 0, Addrs: two, Placement: []int{0, -1}}, "puts task 1.0 on node -1"},
+		{"fewer addresses than the nodes placed",
+			engine.StartCmd{Gen: 2, Node: 0, Addrs: two[:1], Placement: []int{0, 1}}, "puts task 1.0 on node 1; the command's Addrs name nodes 0 to 0"},
+		{"no addresses",
+			engine.StartCmd{Gen: 2, Node: 0, Placement: []int{0, 0}}, "Addrs name no node"},
+		{"a node beyond the addresses",
+			engine.StartCmd{Gen: 2, Node: 2, Addrs: two, Placement: []int{0, 0}}, "is for node 2; its Addrs name nodes 0 to 1"},
+		{"a negative node",
+			engine.StartCmd{Gen: 2, Node: -1, Addrs: two, Placement: []int{0, 0}}, "is for node -1"},
+		{"a placement of another job",
+			engine.StartCmd{Gen: 2, Node: 0, Addrs: two, Placement: []int{0}}, "placement names 1 tasks, the job has 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := w.Start(tc.cmd); err == nil || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("Start(%+v) returned %v, want an error saying %q", tc.cmd, err, tc.says)
+			}
+			if _, err := w.Clock(1); err != nil {
+				t.Fatalf("generation 1 no longer runs after the refused start: %v", err)
+			}
+		})
+	}
+}

@@ -218,6 +218,11 @@ func (h *processHandle) do(ctx context.Context, req Request) (Response, error) {
 		if r.Err != "" {
 			return r, errors.New(r.Err)
 		}
+		if f := r.lacks(req.Op); f != "" {
+			// The call fails like any other: its generation fails and
+			// is recovered, within the restart policy.
+			return r, fmt.Errorf("engine: node %d broke the control protocol: its answer to %s has no %q field", h.node, req.Op, f)
+		}
 		return r, nil
 	case <-ctx.Done():
 		h.mu.Lock()

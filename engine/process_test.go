@@ -3,10 +3,13 @@ package engine
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -87,5 +90,62 @@ func TestANodeThatBreaksTheControlProtocolIsKilledAndReported(t *testing.T) {
 				t.Fatal("the handle still says the node is alive")
 			}
 		})
+	}
+}
+
+// serve plays a worker on p: it says hello, then answers every request
+// with the line answer makes, until its stdin ends; then it exits.
+func (p *pipeProcess) serve(answer func(Request) string) {
+	go func() {
+		defer p.Kill()
+		if _, err := io.WriteString(p.outW, `{"addr":"127.0.0.1:9"}`+"\n"); err != nil {
+			return
+		}
+		sc := bufio.NewScanner(p.inR)
+		for sc.Scan() {
+			var req Request
+			if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+				return
+			}
+			if _, err := io.WriteString(p.outW, answer(req)+"\n"); err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// TestAClockAnswerWithoutAClockFailsTheCallNotTheCoordinator: a worker
+// (of another version, say) that answers the coordinator's clock round
+// with {"id":N} and nothing else fails that call, naming the node and the
+// missing field; the coordinator recovers as from any failed call, and
+// ends with ErrRestartsExhausted once the policy is spent. It used to
+// dereference the missing clock and panic.
+func TestAClockAnswerWithoutAClockFailsTheCallNotTheCoordinator(t *testing.T) {
+	job := &Job{Procs: []Proc{{Name: "src", Parallelism: 1,
+		NewSource: func(int) (Source, error) { return nil, errors.New("the fake worker runs no source") }}}}
+	var launched atomic.Int32
+	launch := func(context.Context, int, string) (WorkerProcess, error) {
+		launched.Add(1)
+		p := newPipeProcess()
+		p.serve(func(req Request) string { return fmt.Sprintf(`{"id":%d}`, req.ID) })
+		return p, nil
+	}
+	c, err := NewCoordinator(job, Config{Dir: t.TempDir(), NoSync: true, Launch: launch,
+		Restart: RestartPolicy{MaxRestarts: 1, MinBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+	defer cancel()
+	_, err = c.Run(ctx)
+	if !errors.Is(err, ErrRestartsExhausted) {
+		t.Fatalf("run ended with %v, want ErrRestartsExhausted", err)
+	}
+	if want := `node 0 broke the control protocol: its answer to clock has no "clock" field`; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+	// A failed call is not a dead node: the worker was launched once.
+	if n := launched.Load(); n != 1 {
+		t.Errorf("the worker was launched %d times, want 1", n)
 	}
 }

@@ -39,3 +39,41 @@ func TestServeWorkerEndsOnARequestThatIsNotOne(t *testing.T) {
 		t.Fatalf("output %+v: want the hello with %s, then the answer to request 7 only", lines, addr)
 	}
 }
+
+// TestServeWorkerAnswersABadStartWithAnError: a start request whose
+// placement names a node beyond its addresses gets an error answer, and the
+// worker goes on to answer the next request. (It used to panic the worker
+// process.)
+func TestServeWorkerAnswersABadStartWithAnError(t *testing.T) {
+	job := &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "src", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return idleSource{}, nil }},
+			{Name: "sink", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return keepTask{make(chan string, 1)}, nil }},
+		},
+		Edges: []engine.Edge{{From: "src", To: "sink", Partitioner: engine.RoundRobin}},
+	}
+	w, err := engine.NewWorker(job, engine.WorkerConfig{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	in := strings.NewReader(`{"id":1,"op":"start","start":{"gen":1,"node":0,"addrs":["127.0.0.1:1"],"placement":[0,5]}}` + "\n" +
+		`{"id":2,"op":"clock","gen":1}` + "\n")
+	if err := engine.ServeWorker(context.Background(), w, in, &out); err != nil {
+		t.Fatal(err)
+	}
+	answers := map[uint64]engine.Response{}
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n")[1:] { // after the hello
+		var r engine.Response
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("output line %q: %v", l, err)
+		}
+		answers[r.ID] = r
+	}
+	if r, ok := answers[1]; !ok || !strings.Contains(r.Err, "puts task 1.0 on node 5") {
+		t.Fatalf("the start was answered %+v (answered: %v), want an error naming node 5", r, ok)
+	}
+	if _, ok := answers[2]; !ok {
+		t.Fatalf("the request after the bad start was not answered: %s", out.String())
+	}
+}

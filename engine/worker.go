@@ -167,10 +167,14 @@ func (w *Worker) TransportFaults() transport.FaultStats { return w.node.Stats().
 
 // StartCmd starts a generation of the job's tasks on a worker.
 type StartCmd struct {
-	Gen       uint64   `json:"gen"`
-	Node      int      `json:"node"`
-	Addrs     []string `json:"addrs"`     // transport address of each node
-	Placement []int    `json:"placement"` // node of each task, in job order
+	Gen uint64 `json:"gen"`
+	// Node is the worker's own node, one that Addrs names.
+	Node int `json:"node"`
+	// Addrs is the transport address of each node, every node of the job.
+	Addrs []string `json:"addrs"`
+	// Placement is the node of each task, in job order; each one that
+	// Addrs names.
+	Placement []int `json:"placement"`
 	// Restore is the checkpoint to restore stateful tasks from; with
 	// HasRestore false they start empty.
 	Restore    int64 `json:"restore"`
@@ -197,10 +201,39 @@ type incarnation struct {
 	running    bool
 }
 
+// check says what is wrong with cmd for a job of the tasks ids: Node and
+// every node of Placement must be one that Addrs names, and Placement must
+// place every task. The command comes from the network (ServeWorker).
+func (cmd *StartCmd) check(ids []taskid.ID) error {
+	nodes := len(cmd.Addrs)
+	if nodes == 0 {
+		return errors.New("engine: start: the command's Addrs name no node; they must name every node of the job")
+	}
+	if cmd.Node < 0 || cmd.Node >= nodes {
+		return fmt.Errorf("engine: start: the command is for node %d; its Addrs name nodes 0 to %d", cmd.Node, nodes-1)
+	}
+	if len(cmd.Placement) != len(ids) {
+		return fmt.Errorf("engine: start: placement names %d tasks, the job has %d", len(cmd.Placement), len(ids))
+	}
+	for i, n := range cmd.Placement {
+		if n < 0 || n >= nodes {
+			return fmt.Errorf("engine: start: placement puts task %v on node %d; the command's Addrs name nodes 0 to %d", ids[i], n, nodes-1)
+		}
+	}
+	return nil
+}
+
 // Start stops the running generation, if any, and starts gen: stateful
 // tasks restored from the checkpoint, channels opened with epoch gen,
-// sources replaying their logs from the checkpoint's timestamp.
+// sources replaying their logs from the checkpoint's timestamp. A command
+// that does not fit the job (a placement of another length, a node that
+// its Addrs do not name) is refused with an error before anything is
+// stopped: the running generation goes on.
 func (w *Worker) Start(cmd StartCmd) error {
+	ids := w.job.tasks()
+	if err := cmd.check(ids); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if old := w.inc.Swap(nil); old != nil {
@@ -210,11 +243,6 @@ func (w *Worker) Start(cmd StartCmd) error {
 	inc := &incarnation{w: w, gen: cmd.Gen, ctx: ctx, cancel: cancel, tasks: map[taskid.ID]*taskRun{},
 		tickerDone: make(chan struct{})}
 	inc.horizon.Store(cmd.Horizon)
-	ids := w.job.tasks()
-	if len(cmd.Placement) != len(ids) {
-		cancel()
-		return fmt.Errorf("engine: placement names %d tasks, the job has %d", len(cmd.Placement), len(ids))
-	}
 	where := map[taskid.ID]int{}
 	single := true
 	for i, id := range ids {
