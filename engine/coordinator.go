@@ -26,13 +26,14 @@ import (
 // own: RestartPolicy{MaxRestarts: 5} allows 5 restarts a minute, backing
 // off from 10 ms to 1 s. A zero backoff defaults within the other one when
 // that is set: MinBackoff to at most MaxBackoff, MaxBackoff to at least
-// MinBackoff. A field cannot be negative, and MinBackoff cannot exceed
-// MaxBackoff; [NewCoordinator] refuses such a policy (see
-// [RestartPolicy.Validate]).
+// MinBackoff. A negative MaxRestarts allows no restart ([NoRestarts]); a
+// negative duration, or a MinBackoff above MaxBackoff, makes no sense, and
+// [NewCoordinator] refuses such a policy (see [RestartPolicy.Validate]).
 type RestartPolicy struct {
 	// MaxRestarts is how many recoveries Window may hold; the failure
-	// after them ends the run with ErrRestartsExhausted. Default 10 (0
-	// cannot mean none).
+	// after them ends the run with ErrRestartsExhausted. Default 10;
+	// [NoRestarts] (any negative value) allows none: the first failure
+	// ends the run.
 	MaxRestarts int
 	// Window is how far back failures count. Default 1 minute.
 	Window time.Duration
@@ -43,21 +44,22 @@ type RestartPolicy struct {
 	MaxBackoff time.Duration
 }
 
+// NoRestarts as RestartPolicy.MaxRestarts allows no recovery: the first
+// failure ends the run with ErrRestartsExhausted.
+const NoRestarts = -1
+
 // DefaultRestartPolicy allows 10 restarts a minute, backing off from 10 ms
 // to 1 s.
 func DefaultRestartPolicy() RestartPolicy {
 	return RestartPolicy{MaxRestarts: 10, Window: time.Minute, MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second}
 }
 
-// Validate says what is wrong with p: a negative field, or a MinBackoff
+// Validate says what is wrong with p: a negative duration, or a MinBackoff
 // above MaxBackoff when both are set. Zero fields are valid; they take
 // their defaults (see [RestartPolicy]).
 func (p RestartPolicy) Validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidRestartPolicy, fmt.Sprintf(format, a...))
-	}
-	if p.MaxRestarts < 0 {
-		return bad("MaxRestarts is %d; it must be positive, or 0 for the default (%d)", p.MaxRestarts, DefaultRestartPolicy().MaxRestarts)
 	}
 	for _, f := range []struct {
 		name string
@@ -509,7 +511,7 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			}
 		}
 		restarts = append(keep, failedAt)
-		if len(restarts) > c.cfg.Restart.MaxRestarts {
+		if len(restarts) > max(c.cfg.Restart.MaxRestarts, 0) {
 			c.totals(res)
 			return nil, fmt.Errorf("%w: %d failures within %v, the last: %v", ErrRestartsExhausted,
 				len(restarts), c.cfg.Restart.Window, err)

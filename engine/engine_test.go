@@ -159,49 +159,54 @@ func (failingTask) Process([]engine.Message, *engine.Emitter) error { return err
 
 // TestAPartlyFilledRestartPolicyTakesTheDefaultsOfTheRest: a policy that
 // sets only MaxRestarts gets the default window and backoffs, so a job
-// whose task always fails is restarted MaxRestarts times, then ends with
-// ErrRestartsExhausted naming the task's failure. (With a zero window and
-// no backoff it used to restart for ever, as fast as it could.)
+// whose task always fails is restarted MaxRestarts times (none for
+// NoRestarts), then ends with ErrRestartsExhausted naming the task's
+// failure. (With a zero window and no backoff it used to restart for ever,
+// as fast as it could.)
 func TestAPartlyFilledRestartPolicyTakesTheDefaultsOfTheRest(t *testing.T) {
-	job := &engine.Job{
-		Procs: []engine.Proc{
-			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
-				return &jobs.GenSource{Size: 24, Limit: 1000}, nil
-			}},
-			{Name: "fail", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return failingTask{}, nil }},
-		},
-		Edges: []engine.Edge{{From: "gen", To: "fail", Partitioner: engine.Hash}},
-	}
-	var recoveries atomic.Int32
-	c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true,
-		Restart: engine.RestartPolicy{MaxRestarts: 2},
-		OnEvent: func(kind, _ string) {
-			if kind == "recovery" {
-				recoveries.Add(1)
+	for _, tc := range []struct{ max, recoveries int32 }{{2, 2}, {engine.NoRestarts, 0}} {
+		t.Run(fmt.Sprint("MaxRestarts ", tc.max), func(t *testing.T) {
+			job := &engine.Job{
+				Procs: []engine.Proc{
+					{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
+						return &jobs.GenSource{Size: 24, Limit: 1000}, nil
+					}},
+					{Name: "fail", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return failingTask{}, nil }},
+				},
+				Edges: []engine.Edge{{From: "gen", To: "fail", Partitioner: engine.Hash}},
 			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
-	defer cancel()
-	_, err = c.Run(ctx)
-	if !errors.Is(err, engine.ErrRestartsExhausted) {
-		t.Fatalf("run ended with %v after %d recoveries, want ErrRestartsExhausted after 2", err, recoveries.Load())
-	}
-	if want := "3 failures within 1m0s"; !strings.Contains(err.Error(), want) {
-		t.Errorf("error %q does not say %q: the default window was not applied", err, want)
-	}
-	if !strings.Contains(err.Error(), errAlwaysFails.Error()) {
-		t.Errorf("error %q does not name the task's failure", err)
-	}
-	if n := recoveries.Load(); n != 2 {
-		t.Errorf("%d recoveries, want the 2 the policy allows", n)
+			var recoveries atomic.Int32
+			c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true,
+				Restart: engine.RestartPolicy{MaxRestarts: int(tc.max)},
+				OnEvent: func(kind, _ string) {
+					if kind == "recovery" {
+						recoveries.Add(1)
+					}
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+			defer cancel()
+			_, err = c.Run(ctx)
+			if !errors.Is(err, engine.ErrRestartsExhausted) {
+				t.Fatalf("run ended with %v after %d recoveries, want ErrRestartsExhausted after %d", err, recoveries.Load(), tc.recoveries)
+			}
+			if want := fmt.Sprintf("%d failures within 1m0s", tc.recoveries+1); !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %q: the default window was not applied", err, want)
+			}
+			if !strings.Contains(err.Error(), errAlwaysFails.Error()) {
+				t.Errorf("error %q does not name the task's failure", err)
+			}
+			if n := recoveries.Load(); n != tc.recoveries {
+				t.Errorf("%d recoveries, want the %d the policy allows", n, tc.recoveries)
+			}
+		})
 	}
 }
 
-// TestNewCoordinatorRefusesARestartPolicyThatMakesNoSense: negative fields
-// and a minimum backoff above the maximum are refused, naming the field.
+// TestNewCoordinatorRefusesARestartPolicyThatMakesNoSense: negative
+// durations and a minimum backoff above the maximum are refused, naming the field.
 func TestNewCoordinatorRefusesARestartPolicyThatMakesNoSense(t *testing.T) {
 	job := &engine.Job{Procs: []engine.Proc{{Name: "src", Parallelism: 1,
 		NewSource: func(int) (engine.Source, error) { return idleSource{}, nil }}}}
@@ -210,7 +215,6 @@ func TestNewCoordinatorRefusesARestartPolicyThatMakesNoSense(t *testing.T) {
 		policy engine.RestartPolicy
 		says   string
 	}{
-		{"a negative MaxRestarts", engine.RestartPolicy{MaxRestarts: -1}, "MaxRestarts is -1"},
 		{"a negative Window", engine.RestartPolicy{Window: -time.Second}, "Window is -1s"},
 		{"a negative MinBackoff", engine.RestartPolicy{MinBackoff: -time.Millisecond}, "MinBackoff is -1ms"},
 		{"a negative MaxBackoff", engine.RestartPolicy{MaxBackoff: -time.Millisecond}, "MaxBackoff is -1ms"},

@@ -50,7 +50,7 @@ func (c *engineConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.startOver, "start-over", false, "engine scenarios: discard what --data-dir holds instead of resuming it or refusing another job's")
 	fs.DurationVar(&c.ckptEvery, "checkpoint-every", time.Second, "engine scenarios: wall time between checkpoints")
 	fs.IntVar(&c.parallelism, "parallelism", 2, "engine scenarios: tasks of each processor after the source")
-	fs.IntVar(&c.maxRestarts, "max-restarts", 100, "engine scenarios: recoveries allowed per minute before the run fails")
+	fs.IntVar(&c.maxRestarts, "max-restarts", 100, "engine scenarios: recoveries allowed per minute before the run fails (0: none)")
 	fs.BoolVar(&c.sync, "fsync", true, "engine scenarios: fsync logs and checkpoints")
 	fs.BoolVar(&c.chain, "chain", true, "engine scenarios: with --nodes 1 and no transport faults, hand messages between tasks by direct calls instead of the transport")
 }
@@ -130,6 +130,9 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 		Nodes:     ec.nodes, Dir: dir, JobConfig: jobConf, StartOver: ec.startOver, CheckpointEvery: ec.ckptEvery, InitialInterval: initial,
 		Faults: f, NoSync: !ec.sync, NoChain: !ec.chain,
 		Restart: engine.RestartPolicy{MaxRestarts: ec.maxRestarts, Window: time.Minute, MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second},
+	}
+	if ec.maxRestarts == 0 { // the engine's 0 is its default
+		cfg.Restart.MaxRestarts = engine.NoRestarts
 	}
 	nodeFaults := func(node int) transport.Faults {
 		nf := f
