@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -233,4 +234,62 @@ func TestClosingAStalledChannelClearsItsAlert(t *testing.T) {
 	if a := tx.Stats().Alerts; a.ChannelStalls != 1 || a.SlowConsumers != 0 {
 		t.Errorf("alerts %+v, want one stall and no slow consumer (that alert is off)", a)
 	}
+}
+
+// TestASilentPeerIsClosedAtTheIdleTimeout: a peer that completes its
+// handshake and then sends nothing, not even an answer to a PING, loses its
+// connection once the idle timeout passes, with a warning that says why;
+// a legitimate flow beside it goes on.
+func TestASilentPeerIsClosedAtTheIdleTimeout(t *testing.T) {
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		logs := &logRecorder{}
+		rx := listeningNode(t, be, WithLogger(slog.New(logs)), WithIdleTimeout(300*time.Millisecond), WithPingInterval(50*time.Millisecond))
+		wait := legitFlow(t, rx, 5000, append([]Option{WithIdleTimeout(300 * time.Millisecond), WithPingInterval(50 * time.Millisecond)}, be...)...)
+		c := rawConn(t, rx.Addr())
+		if _, err := c.Write(goodPreface()); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second)) // a hang guard
+		if _, err := io.Copy(io.Discard, c); err != nil {       // the node's preface and PINGs, then its close
+			t.Fatalf("the silent peer's connection was not closed: %v", err)
+		}
+		waitFor(t, 5*time.Second, "the warning", func() bool { return logs.count("connection closed", ErrIdleTimeout.Error()) == 1 })
+		wait()
+	})
+}
+
+// TestPingsKeepAnIdleHealthyConnectionOpen: two nodes whose connection
+// carries nothing but their PINGs for several idle timeouts keep it: no
+// reconnect, and a message sent afterwards goes on the same connection.
+func TestPingsKeepAnIdleHealthyConnectionOpen(t *testing.T) {
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		idle := []Option{WithIdleTimeout(time.Second), WithPingInterval(50 * time.Millisecond)}
+		rx, tx, p := newPair(t, append(idle, be...), append(idle, be...))
+		col := newCollector()
+		rx.HandleAll(col.handler)
+		ctx := ctxT(t, 30*time.Second)
+		s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		send := func(k uint64) {
+			t.Helper()
+			if err := s.Send(ctx, int64(k), payload(k, 100)); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		send(0)
+		time.Sleep(2500 * time.Millisecond) // two and a half idle timeouts with nothing to send
+		send(1)
+		col.check(t, 2)
+		if ps := tx.Stats().Peers; len(ps) != 1 || ps[0].Connects != 1 || ps[0].Reconnects != 0 {
+			t.Errorf("peers %+v: want one connection, never redialled", ps)
+		}
+		if n := len(rx.Stats().Conns); n != 1 {
+			t.Errorf("the receiver has %d connections, want the one", n)
+		}
+	})
 }

@@ -249,8 +249,13 @@ func WithClockOffset(d time.Duration) Option { return func(o *options) { o.clock
 // not completed in time. Default 5 s.
 func WithHandshakeTimeout(d time.Duration) Option { return func(o *options) { o.handshakeTimeout = d } }
 
-// WithIdleTimeout closes connections on which nothing arrived for d (pings
-// keep healthy connections alive); d must not be negative. Default 0: never.
+// WithIdleTimeout closes connections on which nothing arrived for d: a
+// peer that stopped answering (its host died without closing the socket,
+// a network that drops everything) is found and its connection redialled.
+// Pings keep healthy connections alive, so d needs a ping interval
+// ([WithPingInterval], the peer's as well as this node's) shorter than d,
+// a third of it or less to ride out a lost ping; d must not be negative.
+// Default 0: never.
 func WithIdleTimeout(d time.Duration) Option { return func(o *options) { o.idleTimeout = d } }
 
 // WithDialTimeout bounds one connection attempt; d must be positive (a
@@ -378,6 +383,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("transport: dial timeout must be > 0, got %v", o.dialTimeout)
 	case o.idleTimeout < 0:
 		return fmt.Errorf("transport: idle timeout must be >= 0 (0: never), got %v", o.idleTimeout)
+	case o.idleTimeout > 0 && (o.pingInterval <= 0 || o.pingInterval >= o.idleTimeout):
+		return fmt.Errorf("transport: an idle timeout of %v needs pings more often than that to keep healthy connections open, got a ping interval of %v (0: none)", o.idleTimeout, o.pingInterval)
 	case o.maxReceivers < 1:
 		return fmt.Errorf("transport: max receivers must be >= 1, got %d", o.maxReceivers)
 	case o.maxConnsPerAddr < 1:

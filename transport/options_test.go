@@ -42,9 +42,11 @@ func TestFlatOptionsSetTheConfigsBehindThem(t *testing.T) {
 	}
 }
 
-// NewNode refuses a channel limit below 1, a dial timeout that is not
-// positive and a negative idle timeout, naming the option and the value,
-// instead of reading them as no limit, a dial that fails at once, or never.
+// NewNode refuses a channel or receiver limit below 1, a dial timeout that
+// is not positive, a negative idle timeout and one that pings would not
+// keep healthy connections under, naming the option and the value, instead
+// of reading them as no limit, a dial that fails at once, never, or closing
+// healthy connections.
 func TestNewNodeRefusesLimitsAndTimeoutsOutOfRange(t *testing.T) {
 	for _, c := range []struct {
 		opt  Option
@@ -55,6 +57,9 @@ func TestNewNodeRefusesLimitsAndTimeoutsOutOfRange(t *testing.T) {
 		{WithDialTimeout(0), "dial timeout must be > 0, got 0s"},
 		{WithDialTimeout(-time.Second), "dial timeout must be > 0, got -1s"},
 		{WithIdleTimeout(-time.Second), "idle timeout must be >= 0 (0: never), got -1s"},
+		{WithOptions(WithIdleTimeout(time.Second), WithPingInterval(0)), "an idle timeout of 1s needs pings more often than that"},
+		{WithOptions(WithIdleTimeout(time.Second), WithPingInterval(time.Second)), "got a ping interval of 1s"},
+		{WithMaxReceivers(0), "max receivers must be >= 1, got 0"},
 	} {
 		n, err := NewNode(c.opt)
 		if err == nil {
@@ -66,7 +71,8 @@ func TestNewNodeRefusesLimitsAndTimeoutsOutOfRange(t *testing.T) {
 			t.Errorf("NewNode: error %q, want one saying %q", err, c.says)
 		}
 	}
-	for _, opt := range []Option{WithMaxChannels(1), WithDialTimeout(time.Nanosecond), WithIdleTimeout(0)} {
+	for _, opt := range []Option{WithMaxChannels(1), WithDialTimeout(time.Nanosecond), WithIdleTimeout(0), WithMaxReceivers(1),
+		WithOptions(WithIdleTimeout(time.Second), WithPingInterval(time.Second-1))} {
 		o := defaultOptions()
 		opt(&o)
 		if err := o.validate(); err != nil {
