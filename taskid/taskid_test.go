@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -123,6 +124,30 @@ func FuzzTaskID(f *testing.F) {
 			if _, pn, perr := Decode(in[:k]); !errors.Is(perr, ErrShort) || pn != 0 {
 				t.Fatalf("prefix of %d bytes: %d, %v", k, pn, perr)
 			}
+		}
+	})
+}
+
+// FuzzParse: a task name from outside (a control request naming the task
+// to crash, a flag) either fails or names an ID whose String parses back to
+// it.
+func FuzzParse(f *testing.F) {
+	for _, id := range sampleIDs {
+		f.Add(id.String())
+	}
+	for _, s := range []string{"", ".", "1.", ".2", "1.2.3", "-1.2", "4294967296.0", "0.4294967295", " 1.2", "01.2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		id, err := Parse(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), "taskid:") {
+				t.Fatalf("Parse(%q): an error that does not say where it comes from: %v", s, err)
+			}
+			return
+		}
+		if back, err := Parse(id.String()); err != nil || back != id {
+			t.Fatalf("Parse(%q) = %v, whose String %q parses as %v, %v", s, id, id.String(), back, err)
 		}
 	})
 }

@@ -266,3 +266,65 @@ func TestLoadStreamsTheStateWithoutReadingPastTheFile(t *testing.T) {
 		t.Fatalf("verify: %v, %d bytes", err, sink.Len())
 	}
 }
+
+// FuzzLoad: a checkpoint file of any content either fails to load as
+// corrupt, without reading past the file or allocating what its header
+// claims, or holds a state that Save writes as exactly those bytes; Latest
+// agrees with Load.
+func FuzzLoad(f *testing.F) {
+	dir := f.TempDir()
+	var logs bytes.Buffer
+	cfg := DefaultConfig()
+	cfg.NoSync = true
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s, err := OpenConfig(dir, cfg)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := s.Save("seed", 7, []byte("some state")); err != nil {
+		f.Fatal(err)
+	}
+	good, err := os.ReadFile(filepath.Join(dir, fileName("seed", 7)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(good[:headerLen])
+	f.Add([]byte{})
+	f.Add(append(bytes.Clone(good), 0))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		logs.Reset()
+		path := filepath.Join(dir, fileName("t", 7))
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		state, err := s.Load("t", 7)
+		ts, latest, ok, lerr := s.Latest("t")
+		if lerr != nil {
+			t.Fatalf("Latest: %v", lerr)
+		}
+		if err != nil {
+			var ce *CorruptError
+			if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Load failed with %v, want a *CorruptError", err)
+			}
+			if ok {
+				t.Fatalf("Latest found state %q at %d in a file Load calls corrupt", latest, ts)
+			}
+			return
+		}
+		if !ok || ts != 7 || !bytes.Equal(latest, state) {
+			t.Fatalf("Load gave %q; Latest gave %q at %d (%v)", state, latest, ts, ok)
+		}
+		if err := s.Save("u", 7, state); err != nil {
+			t.Fatal(err)
+		}
+		again, err := os.ReadFile(filepath.Join(dir, fileName("u", 7)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(again, b) {
+			t.Fatalf("a file that loads as %q is not what Save writes for it:\n%x\n%x", state, b, again)
+		}
+	})
+}
