@@ -25,6 +25,7 @@ var (
 	errAgentLost        = errors.New("loadgen: agent's control connection broke (did it die?)")
 	errAgentSilent      = errors.New("loadgen: agent stopped reporting (is it hung?)")
 	errAgentFailed      = errors.New("loadgen: agent failed")
+	errAgentBadReport   = errors.New("loadgen: agent sent findings loadgen cannot use")
 )
 
 // agentError is a failure of one agent during one phase of a run.
@@ -111,7 +112,8 @@ type remote struct {
 	progress control.Progress
 	done     *control.Done
 	found    *control.Findings
-	finished bool // it answered bye
+	latency  map[uint64]*hdrhistogram.Histogram // found's histograms, by sender epoch
+	finished bool                               // it answered bye
 }
 
 type ctlEvent struct {
@@ -411,13 +413,36 @@ func (c *coordinator) await(ctx context.Context, phase string, want control.Kind
 		case control.KindDone:
 			r.done = m.Done
 		case control.KindFindings:
-			r.found = m.Findings
+			hs, err := c.importFindings(r, m.Findings)
+			if err != nil {
+				return fail(fmt.Errorf("%w: %w", errAgentBadReport, err))
+			}
+			r.found, r.latency = m.Findings, hs
 		case control.KindBye:
 			r.finished = true
 		}
 		delete(pending, r)
 	}
 	return nil
+}
+
+// importFindings imports the latency histograms receiver r found for the
+// senders that send to it, by their epochs, and fails on the first that is
+// not one loadgen exports. Whatever else f holds is not read.
+func (c *coordinator) importFindings(r *remote, f *control.Findings) (map[uint64]*hdrhistogram.Histogram, error) {
+	hs := map[uint64]*hdrhistogram.Histogram{}
+	for _, s := range c.senders() {
+		got, ok := f.BySender[s.ready.Epoch]
+		if s.sendTo != r || !ok || got.Latency == nil {
+			continue
+		}
+		h, err := importLatency(got.Latency)
+		if err != nil {
+			return nil, fmt.Errorf("the latencies of %s (%s): %w", s.addr, s.role, err)
+		}
+		hs[s.ready.Epoch] = h
+	}
+	return hs, nil
 }
 
 // reachableDataAddr replaces an unspecified host in an agent's data address
@@ -468,8 +493,7 @@ func (c *coordinator) report(startAt time.Time, prog *bench.Progress) (*bench.Re
 		bytes += f.Bytes
 		elapsed = max(elapsed, d.Elapsed)
 		var p99 float64
-		if f.Latency != nil {
-			h := hdrhistogram.Import(f.Latency)
+		if h := s.sendTo.latency[s.ready.Epoch]; h != nil {
 			rec.MergeHistogram(h)
 			p99 = bench.LatencyOf(h).P99
 		}

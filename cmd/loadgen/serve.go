@@ -22,8 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
-
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
 	"github.com/sluicehq/sluice/cmd/loadgen/internal/load"
@@ -362,7 +360,11 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	rec := bench.NewRecorder()
 	if f.Latency != nil {
-		rec.MergeHistogram(hdrhistogram.Import(f.Latency))
+		h, err := importLatency(f.Latency)
+		if err != nil {
+			return fmt.Errorf("send: the findings 'loadgen serve' at %s reported are unusable: %w", *to, err)
+		}
+		rec.MergeHistogram(h)
 	}
 	st := node.Stats()
 	report.DurationS = elapsed.Seconds()
