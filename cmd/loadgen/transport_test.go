@@ -181,6 +181,21 @@ func TestTransportRunMarksThePartitionOnItsTimeline(t *testing.T) {
 	}
 }
 
+// The largest payload the flags allow goes through the transport whole.
+func TestTheLargestSizeAllowedIsSent(t *testing.T) {
+	cfg := transportConfig{size: maxSize, duration: 200 * time.Millisecond, rate: 20, channels: 1, connections: 1, delivery: "auto"}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := runTransport(t.Context(), cfg, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.MessagesSent == 0 || r.ExactlyOnce == nil || !*r.ExactlyOnce {
+		t.Fatalf("%d messages of %d bytes sent, %d delivered, %d lost: want every one delivered", r.MessagesSent, maxSize, r.MessagesDelivered, r.Lost)
+	}
+}
+
 // send refuses the transport flags that belong to run or to serve rather
 // than ignoring them, and serve checks its delivery flags as run does.
 func TestServeAndSendRefuseFlagsThatAreNotTheirs(t *testing.T) {
@@ -194,6 +209,8 @@ func TestServeAndSendRefuseFlagsThatAreNotTheirs(t *testing.T) {
 		{[]string{"send", "--seed", "3"}, "--seed seeds --faults"},
 		{[]string{"send", "--faults", "drop=0.1"}, "--faults is for 'loadgen run'"},
 		{[]string{"send", "--messages", "0"}, "--messages must be >= 1"},
+		{[]string{"send", "--size", "2000000"}, "--size 2000000 is above 1048561"},
+		{[]string{"send", "--channels", "100000"}, "--channels must be 1 to 65535"},
 		{[]string{"serve", "--delivery", "inline", "--consume-rate", "10"}, "cannot be combined with --consume-rate"},
 		{[]string{"serve", "--delivery", "sometimes"}, "--delivery must be auto, inline or goroutine"},
 		{[]string{"serve", "--consume-rate", "-1"}, "--consume-rate must not be negative"},
