@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -281,4 +282,90 @@ func TestAgentAnswersALineThatBreaksTheProtocolWithAnError(t *testing.T) {
 		})
 	}
 	a.log.waitFor(t, "failed: control: malformed message")
+}
+
+// A connection that sends nothing is told so and closed after the first
+// message's deadline, instead of being held forever.
+func TestAgentClosesAConnectionThatSendsNothing(t *testing.T) {
+	a := startAgentWith(t, func(a *agent) { a.firstTimeout = 50 * time.Millisecond })
+	cc := dialCtl(t, a.addr)
+	m := recvType(t, cc)
+	if m.Kind != control.KindError || !strings.Contains(m.Error, "no message within 50ms of connecting") {
+		t.Fatalf("got %q %q, want an error saying no message came in time", m.Kind, m.Error)
+	}
+	if _, err := cc.Recv(5 * time.Second); err == nil || errors.Is(err, control.ErrTimeout) {
+		t.Errorf("after the error the connection gave %v, want it closed", err)
+	}
+}
+
+// Before its first message (and before its key is proven) a connection may
+// not send a line longer than control.MaxOpeningLine: the agent stops
+// reading it there instead of buffering up to control.MaxLine.
+func TestAgentRefusesALongLineBeforeTheFirstMessage(t *testing.T) {
+	long := append(bytes.Repeat([]byte("x"), control.MaxOpeningLine+1), '\n')
+	t.Run("without a key the peer is told", func(t *testing.T) {
+		a := startAgent(t)
+		c, err := net.Dial("tcp", a.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc := control.NewConn(c)
+		t.Cleanup(func() { cc.Close() })
+		if _, err := c.Write(long); err != nil {
+			t.Fatal(err)
+		}
+		m := recvType(t, cc)
+		if m.Kind != control.KindError || !strings.Contains(m.Error, "line too long: over 65536 bytes") {
+			t.Fatalf("got %q %q, want an error saying the line is over 65536 bytes", m.Kind, m.Error)
+		}
+	})
+	t.Run("with a key it is refused before the key exchange ends", func(t *testing.T) {
+		a := startAgentWith(t, func(a *agent) { a.key = bytes.Repeat([]byte("k"), 32) })
+		c, err := net.Dial("tcp", a.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Write(long); err != nil {
+			t.Fatal(err)
+		}
+		a.log.waitFor(t, "refused coordinator")
+		a.log.waitFor(t, "line too long: over 65536 bytes")
+	})
+}
+
+// An agent serves at most maxConns control connections at once, answers
+// the next with an error saying so, and serves again once one has closed.
+func TestAgentRefusesConnectionsBeyondItsLimit(t *testing.T) {
+	a := startAgentWith(t, func(a *agent) { a.maxConns = 2 })
+	first := dialCtl(t, a.addr)
+	dialCtl(t, a.addr)
+	third := dialCtl(t, a.addr)
+	m := recvType(t, third)
+	if m.Kind != control.KindError || !strings.Contains(m.Error, "2 control connections are open, the most it serves at once") {
+		t.Fatalf("the third connection got %q %q, want an error saying 2 are open, the limit", m.Kind, m.Error)
+	}
+	a.log.waitFor(t, "refused a control connection")
+	first.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a.mu.Lock()
+		n := len(a.mu.conns)
+		a.mu.Unlock()
+		if n < 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent still counts %d connections after one closed", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	next := dialCtl(t, a.addr)
+	p := goodPlan()
+	if err := next.Send(control.Msg{Kind: control.KindPlan, Plan: &p}); err != nil {
+		t.Fatal(err)
+	}
+	if m := recvType(t, next); m.Kind != control.KindReady {
+		t.Fatalf("once a connection closed, the next got %q %q, want ready", m.Kind, m.Error)
+	}
 }

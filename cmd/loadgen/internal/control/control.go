@@ -8,7 +8,9 @@
 // holds at most [MaxLine] bytes without its newline; a longer one is refused
 // with [ErrLineTooLong] on both sides (the sender refuses to write it, the
 // receiver to read past it). The largest lines are findings, which carry
-// one exported latency histogram per sender, a few hundred KiB each. A
+// one exported latency histogram per sender, a few hundred KiB each. An
+// agent reads the lines of a connection's opening (the key exchange and the
+// first message) with the lower bound [MaxOpeningLine]. A
 // connection that ends inside a line fails with [ErrTruncated]; a line
 // that is not a JSON object, names no kind or a kind this package does not
 // know, or lacks the body its kind requires fails with [ErrMalformed] or
