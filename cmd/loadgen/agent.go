@@ -343,7 +343,7 @@ func (r *agentRun) run(ctx context.Context, ctlLocal net.Addr) error {
 		}
 		listen = net.JoinHostPort(host, "0")
 	}
-	r.srv = &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: r.a.stderr}
+	r.srv = &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: r.a.stderr, replyOpts: r.a.opts}
 	r.srv.lim = load.NewLimiter(r.plan.ConsumeRate)
 	r.node, err = transport.NewNode(append([]transport.Option{transport.WithListen(listen),
 		transport.WithConnectionsPerPeer(r.plan.Connections), transport.WithPingInterval(clockPing)}, r.a.opts...)...)

@@ -60,6 +60,11 @@ type server struct {
 	rec       *bench.Recorder
 	lim       *load.Limiter
 	stderr    io.Writer
+	// replyOpts are the options of the node each answer to a report
+	// request is sent from (the serving node's key, TLS and buffers).
+	replyOpts []transport.Option
+	// replyTimeout bounds each answer; 0 means replyTimeout.
+	replyTimeout time.Duration
 
 	mu       sync.Mutex
 	sessions map[uint64]*session
@@ -146,10 +151,27 @@ func (s *server) reply(req reportRequest, f control.Received) {
 	}
 }
 
+// replyTimeout is how long serve tries to deliver an answer.
+const replyTimeout = 10 * time.Second
+
+// sendReply delivers an answer to req from a node of its own, aborted once
+// the answer is acknowledged or its time is up. The serving node does not
+// send it: a peer of a node stays, redialling its address, for as long as
+// the node lives, and anyone who can send a report request names that
+// address.
 func (s *server) sendReply(req reportRequest, b []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	timeout := s.replyTimeout
+	if timeout == 0 {
+		timeout = replyTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	p, err := s.node.Peer(req.ReplyTo)
+	n, err := transport.NewNode(s.replyOpts...)
+	if err != nil {
+		return err
+	}
+	defer n.Abort()
+	p, err := n.Peer(req.ReplyTo)
 	if err != nil {
 		return err
 	}
@@ -162,6 +184,25 @@ func (s *server) sendReply(req reportRequest, b []byte) error {
 		return err
 	}
 	return snd.Flush(ctx)
+}
+
+// newServer starts serve's node on listen, with opts, consuming at most
+// consume messages per second (0: no limit), inline or on the targets'
+// goroutines. Aborting s.node stops it.
+func newServer(listen string, opts []transport.Option, consume float64, inline bool, stderr io.Writer) (*server, error) {
+	s := &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: stderr, replyOpts: opts}
+	s.lim = load.NewLimiter(consume)
+	node, err := transport.NewNode(append(opts[:len(opts):len(opts)], transport.WithListen(listen))...)
+	if err != nil {
+		return nil, err
+	}
+	s.node = node
+	if inline {
+		node.HandleAllInline(s.handler)
+	} else {
+		node.HandleAll(s.handler)
+	}
+	return s, nil
 }
 
 func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -187,19 +228,12 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	s := &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: stderr}
-	s.lim = load.NewLimiter(*consume)
-	node, err := transport.NewNode(append(secOpts, transport.WithListen(*listen))...)
+	s, err := newServer(*listen, secOpts, *consume, inlineDelivery(*delivery, *consume), stderr)
 	if err != nil {
 		return err
 	}
-	s.node = node
+	node := s.node
 	defer metricsHub.addNode(node, "serve")()
-	if inlineDelivery(*delivery, *consume) {
-		node.HandleAllInline(s.handler)
-	} else {
-		node.HandleAll(s.handler)
-	}
 	fmt.Fprintf(stderr, "loadgen serve: listening on %s\n", node.Addr())
 	prog := bench.NewProgress(stderr, &s.delivered, s.rec)
 	prog.Start()
