@@ -538,7 +538,8 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		"With --scenario wordcount or pipeline this process is the engine's coordinator\n"+
 		"and each agent runs one of its workers (node i on the i-th agent), starting it\n"+
 		"again after a failure; --faults kill= SIGKILLs a worker on any agent. The\n"+
-		"wordcount --input must be readable at its path on the agent of node 0.", stderr)
+		"wordcount --input must be readable at its path on the agent of node 0.\n"+
+		"A flag of another scenario is refused, as 'loadgen run' refuses it.", stderr)
 	agents := fs.String("agents", "", "comma-separated control addresses of the agents, e.g. 10.0.0.1:7500,10.0.0.2:7500")
 	scenario := fs.String("scenario", "transport", "scenario to run: transport, wordcount or pipeline")
 	topology := fs.String("topology", topoFanIn, "fan-in: the first agent receives from all others; ring: each agent sends to the next")
@@ -571,32 +572,25 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 			list = append(list, a)
 		}
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	only := func(scenario string, names ...string) error {
-		for _, n := range names {
-			if set[n] {
-				return fmt.Errorf("coordinate: --%s is for --scenario %s", n, scenario)
-			}
-		}
-		return nil
-	}
+	nodes := false
+	fs.Visit(func(f *flag.Flag) { nodes = nodes || f.Name == "nodes" })
 	switch *scenario {
 	case "transport":
-		if err := only("wordcount or pipeline", "input", "output", "nodes", "data-dir", "checkpoint-every", "parallelism",
-			"max-restarts", "fsync", "chain", "start-over"); err != nil {
+		if err := checkScenarioFlags("coordinate", *scenario, fs); err != nil {
 			return err
 		}
 	case "wordcount", "pipeline":
-		if err := only("transport", "topology", "messages", "start-delay", "heartbeat-timeout", "rate", "channels",
-			"connections", "consume-rate", "producers", "delivery"); err != nil {
-			return err
-		}
-		if set["nodes"] {
+		if nodes {
 			return errors.New("coordinate: there is one engine worker per agent; --nodes is for 'loadgen run'")
+		}
+		if err := checkScenarioFlags("coordinate", *scenario, fs); err != nil {
+			return err
 		}
 		if len(list) == 0 {
 			return errors.New("coordinate: --agents names no agent")
+		}
+		if err := checkEngineRun(*scenario, ec, tc); err != nil {
+			return fmt.Errorf("coordinate: %w", err)
 		}
 		return coordinateEngine(ctx, *scenario, list, key, *connectTimeout, ec, tc, sec, out, stdout, stderr)
 	default:

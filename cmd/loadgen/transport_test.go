@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -178,6 +179,43 @@ func TestTransportRunMarksThePartitionOnItsTimeline(t *testing.T) {
 	}
 	if !strings.Contains(svg.String(), ">partition<") || !strings.Contains(svg.String(), ">heal<") {
 		t.Error("timeline.svg does not label the partition and its heal")
+	}
+}
+
+// run refuses the flags of another scenario and values out of range,
+// rather than ignoring them or running with a default the report does not
+// record.
+func TestRunRefusesFlagsOfAnotherScenarioAndValuesOutOfRange(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.txt")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rate", "1000"}, "run: --rate is for --scenario transport, not pipeline"},
+		{[]string{"--scenario", "pipeline", "--channels", "4"}, "--channels is for --scenario transport, not pipeline"},
+		{[]string{"--scenario", "pipeline", "--connections", "2"}, "--connections is for --scenario transport"},
+		{[]string{"--scenario", "pipeline", "--producers", "2"}, "--producers is for --scenario transport"},
+		{[]string{"--scenario", "pipeline", "--delivery", "inline"}, "--delivery is for --scenario transport"},
+		{[]string{"--scenario", "pipeline", "--consume-rate", "10"}, "--consume-rate is for --scenario transport"},
+		{[]string{"--scenario", "pipeline", "--input", "x"}, "--input is for --scenario wordcount, not pipeline"},
+		{[]string{"--scenario", "wordcount", "--input", "x", "--output", "y", "--rate", "10"}, "--rate is for --scenario transport, not wordcount"},
+		{[]string{"--scenario", "wordcount", "--input", "x", "--output", "y", "--size", "200"}, "--size is for --scenario transport or pipeline, not wordcount"},
+		{[]string{"--scenario", "wordcount", "--input", "x", "--output", "y", "--duration", "3s"}, "--duration is for --scenario transport or pipeline"},
+		{[]string{"--scenario", "transport", "--nodes", "3"}, "--nodes is for --scenario wordcount or pipeline, not transport"},
+		{[]string{"--scenario", "transport", "--parallelism", "4"}, "--parallelism is for --scenario wordcount or pipeline"},
+		{[]string{"--scenario", "pipeline", "--parallelism", "0"}, "run: --parallelism must be >= 1, got 0"},
+		{[]string{"--scenario", "wordcount", "--input", "x", "--output", "y", "--parallelism", "-2"}, "--parallelism must be >= 1, got -2"},
+		{[]string{"--scenario", "pipeline", "--nodes", "0"}, "--nodes must be >= 1, got 0"},
+		{[]string{"--scenario", "pipeline", "--checkpoint-every", "0s"}, "--checkpoint-every must be positive, got 0s"},
+		{[]string{"--scenario", "pipeline", "--max-restarts", "-1"}, "--max-restarts must not be negative"},
+		{[]string{"--scenario", "pipeline", "--duration", "0s"}, "--duration must be positive, got 0s"},
+		{[]string{"--scenario", "sort"}, "unknown scenario \"sort\""},
+		{[]string{"--scenario", "wordcount", "--input", missing, "--output", "y"}, "run: --input: open " + missing},
+	} {
+		err := run(context.Background(), append([]string{"run"}, c.args...), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("loadgen run %v: error %v, want one saying %q", c.args, err, c.want)
+		}
 	}
 }
 
