@@ -530,7 +530,7 @@ func (r *agentRun) shutdown() {
 // collect and to loadgen send's report request.
 func (ss *session) received() control.Received {
 	return control.Received{
-		Delivered: ss.delivered.Load(), Duplicates: ss.dups.Load(), Gaps: ss.gaps.Load(),
+		Delivered: ss.delivered.Load(), Duplicates: ss.dups.Load(), Gaps: ss.gaps.Load(), Malformed: ss.malformed.Load(),
 		Bytes: ss.nbytes.Load(), Latency: ss.rec.Snapshot().Export(),
 	}
 }

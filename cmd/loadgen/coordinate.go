@@ -499,6 +499,9 @@ func (c *coordinator) report(startAt time.Time, prog *bench.Progress) (*bench.Re
 		}
 		report.Notes = append(report.Notes, fmt.Sprintf("%s -> %s: %d sent, %d delivered, %d duplicates, %d missing, p99 %.1f µs, started %v late; %s",
 			s.addr, s.sendTo.addr, d.Sent, f.Delivered, f.Duplicates, f.Gaps, p99, d.Late.Round(time.Microsecond), d.Clock.String()))
+		if f.Malformed > 0 {
+			report.Notes = append(report.Notes, fmt.Sprintf("%s -> %s: %s", s.addr, s.sendTo.addr, malformedNote(f.Malformed)))
+		}
 		report.Clock = report.Clock.Merge(d.Clock)
 		if d.Err != "" {
 			failures = append(failures, fmt.Sprintf("%s (%s): %s", s.addr, s.role, d.Err))

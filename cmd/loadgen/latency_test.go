@@ -137,6 +137,32 @@ func TestCoordinateRefusesAnAgentsUnusableLatencies(t *testing.T) {
 	}
 }
 
+// The merged report says how many malformed payloads a receiver counted
+// from each sender.
+func TestCoordinateReportsMalformedPayloads(t *testing.T) {
+	rec := bench.NewRecorder()
+	rec.RecordN(20_000, 1000)
+	rx := fakeReceiver(t, func(epochs []uint64) *control.Findings {
+		f := &control.Findings{BySender: map[uint64]control.Received{}}
+		for _, e := range epochs {
+			f.BySender[e] = control.Received{Delivered: 1000, Malformed: 4, Latency: rec.Snapshot().Export()}
+		}
+		return f
+	})
+	tx := startAgent(t)
+	cfg := testCoordConfig(rx, tx.addr)
+	cfg.messages = 1000
+	cfg.trustClocks = true
+	r, _, err := coordinate(context.Background(), cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tx.addr + " -> " + rx + ": 4 messages arrived with payloads shorter than the 16-byte header"
+	if notes := strings.Join(r.Notes, "\n"); !strings.Contains(notes, want) {
+		t.Errorf("the report's notes do not say %q:\n%s", want, notes)
+	}
+}
+
 // fakeServe is a 'loadgen serve' that takes everything and answers a
 // report request with answer.
 func fakeServe(t *testing.T, answer control.Received) string {

@@ -48,10 +48,10 @@ type reportRequest struct {
 
 // session is what serve learned from one send run, told apart by epoch.
 type session struct {
-	rec                           *bench.Recorder
-	delivered, dups, gaps, nbytes atomic.Int64
-	mu                            sync.Mutex
-	chans                         map[taskid.ID]*bench.Delivery // by source task
+	rec                                      *bench.Recorder
+	delivered, dups, gaps, malformed, nbytes atomic.Int64
+	mu                                       sync.Mutex
+	chans                                    map[taskid.ID]*bench.Delivery // by source task
 }
 
 type server struct {
@@ -96,10 +96,11 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 			ss.chans[ch.Source] = d
 		}
 		before := *d
-		var n, bytes int64
+		var n, bytes, malformed int64
 		var lats latencyGroup
 		for _, m := range msgs {
 			if len(m.Payload) < headerLen {
+				malformed++ // no sequence number: neither delivered nor a gap
 				continue
 			}
 			intended, seq := bench.Stamped(m.Payload)
@@ -120,6 +121,7 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 		ss.delivered.Add(n)
 		ss.dups.Add(dups)
 		ss.gaps.Add(gaps)
+		ss.malformed.Add(malformed)
 		ss.nbytes.Add(bytes)
 		s.delivered.Add(n)
 	}
@@ -135,8 +137,8 @@ func (s *server) onControl(_ taskid.Channel, _ uint64, msgs []transport.Message)
 		}
 		ss := s.session(req.Epoch)
 		f := ss.received()
-		fmt.Fprintf(s.stderr, "loadgen serve: run %x done: %d delivered, %d duplicates, %d missing; p99 %.1f µs\n",
-			req.Epoch, f.Delivered, f.Duplicates, f.Gaps, ss.rec.Latency().P99)
+		fmt.Fprintf(s.stderr, "loadgen serve: run %x done: %d delivered, %d duplicates, %d missing, %d malformed; p99 %.1f µs\n",
+			req.Epoch, f.Delivered, f.Duplicates, f.Gaps, f.Malformed, ss.rec.Latency().P99)
 		go s.reply(req, f)
 	}
 }
@@ -416,6 +418,9 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	report.ExactlyOnce = &ok
 	report.Notes = append(report.Notes, "latency is measured by serve against the send times in the payloads; "+report.Clock.String(),
 		"wire_bytes counts what send wrote; serve's acknowledgements are not included")
+	if f.Malformed > 0 {
+		report.Notes = append(report.Notes, "serve says "+malformedNote(f.Malformed))
+	}
 	return finishReport(report, rec, out, stdout, stderr)
 }
 

@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
+	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -73,5 +77,42 @@ func TestServeForgetsABogusReplyAddress(t *testing.T) {
 	log.waitFor(t, "answering "+bogus+":")
 	if peers := peerAddrs(s.node); len(peers) != 0 {
 		t.Errorf("serve's node keeps peers %v after answering %s failed, and redials them for as long as it runs", peers, bogus)
+	}
+}
+
+// serve counts a payload too short for the header as malformed, apart from
+// what it delivered and the gaps, and its answer to send says so.
+func TestServeCountsShortPayloadsAsMalformed(t *testing.T) {
+	s, _ := startServer(t)
+	stamped := func(seq uint64) transport.Message {
+		p := make([]byte, headerLen)
+		bench.Stamp(p, bench.Now(), seq)
+		return transport.Message{Payload: p}
+	}
+	ch := taskid.Channel{Source: taskid.ID{Index: 3}, Target: taskid.ID{Processor: 1, Index: 3}, Epoch: 9}
+	s.handler(ch.Target)(ch, 0, []transport.Message{stamped(0), {Payload: []byte("short")}, stamped(1)})
+	f := s.session(9).received()
+	if f.Delivered != 2 || f.Gaps != 0 || f.Malformed != 1 {
+		t.Fatalf("delivered %d, gaps %d, malformed %d; want 2, 0 and 1", f.Delivered, f.Gaps, f.Malformed)
+	}
+}
+
+// send's report says how many malformed payloads serve counted.
+func TestSendReportsServesMalformedPayloads(t *testing.T) {
+	rec := bench.NewRecorder()
+	rec.RecordN(20_000, 100)
+	to := fakeServe(t, control.Received{Delivered: 100, Malformed: 3, Latency: rec.Snapshot().Export()})
+	var out strings.Builder
+	err := run(context.Background(), []string{"send", "--to", to, "--messages", "100", "--clock-correction=false", "--json", "--out", t.TempDir()}, &out, io.Discard)
+	if err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var r bench.Report
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatal(err)
+	}
+	if notes := strings.Join(r.Notes, "\n"); !strings.Contains(notes, "serve says 3 messages arrived with payloads shorter than the 16-byte header") {
+		t.Errorf("the report's notes do not count the 3 malformed payloads:\n%s", notes)
 	}
 }

@@ -153,13 +153,21 @@ func (c *transportConfig) asMap() map[string]any {
 // checker verifies, per channel, that loadgen's own sequence numbers arrive
 // exactly once and in order. Each channel has a target of its own, whose
 // handler the transport calls one run at a time, so its counters need no
-// lock.
+// lock. A payload too short to hold the header is malformed: it has no
+// sequence number, so it is neither delivered nor a gap (the number it
+// should have carried shows as one once the next arrives).
 type checker struct {
 	chans      []chanCheck
 	delivered  atomic.Int64
 	duplicates atomic.Int64
 	gaps       atomic.Int64
+	malformed  atomic.Int64
 	bytes      atomic.Int64
+}
+
+// malformedNote is what a report says of n malformed payloads.
+func malformedNote(n int64) string {
+	return fmt.Sprintf("%d messages arrived with payloads shorter than the %d-byte header (send time and sequence number): malformed, counted neither as delivered nor as missing", n, headerLen)
 }
 
 type chanCheck struct {
@@ -170,33 +178,36 @@ type chanCheck struct {
 func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *bench.Recorder) {
 	c := &k.chans[ch]
 	dupsBefore, missingBefore := c.Duplicates, c.Missing
-	var gaps, bytes int64
+	var delivered, malformed, bytes int64
 	var lats latencyGroup
 	for _, m := range msgs {
 		p := m.Payload
 		if len(p) < headerLen {
-			gaps++
+			malformed++
 			continue
 		}
 		intended, seq := bench.Stamped(p)
 		if !c.Observe(seq) {
 			continue
 		}
+		delivered++
 		if lat, n := lats.add(now - intended); n > 0 {
 			rec.RecordN(lat, n)
 		}
 		bytes += int64(len(p))
 	}
 	rec.RecordN(lats.lat, lats.n)
-	dups := c.Duplicates - dupsBefore
-	gaps += c.Missing - missingBefore
-	k.delivered.Add(int64(len(msgs)) - dups)
+	dups, gaps := c.Duplicates-dupsBefore, c.Missing-missingBefore
+	k.delivered.Add(delivered)
 	k.bytes.Add(bytes)
 	if dups > 0 {
 		k.duplicates.Add(dups)
 	}
 	if gaps > 0 {
 		k.gaps.Add(gaps)
+	}
+	if malformed > 0 {
+		k.malformed.Add(malformed)
 	}
 }
 
@@ -345,6 +356,9 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	}
 	if rec.Clamped() > 0 {
 		report.Notes = append(report.Notes, fmt.Sprintf("%d latencies were beyond the histogram's range and clamped", rec.Clamped()))
+	}
+	if n := chk.malformed.Load(); n > 0 {
+		report.Notes = append(report.Notes, malformedNote(n))
 	}
 	return report, rec, nil
 }

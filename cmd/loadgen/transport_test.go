@@ -120,6 +120,22 @@ func TestCheckerCountsAndRecordsEachMessage(t *testing.T) {
 	}
 }
 
+// A payload too short for the header is counted as malformed, apart: it is
+// not delivered, and not a gap (the sequence number it should have carried
+// is, once the next arrives).
+func TestCheckerCountsShortPayloadsAsMalformed(t *testing.T) {
+	k := &checker{chans: make([]chanCheck, 1)}
+	stamped := func(seq uint64) transport.Message {
+		p := make([]byte, headerLen)
+		binary.LittleEndian.PutUint64(p[8:], seq)
+		return transport.Message{Payload: p}
+	}
+	k.observe(0, []transport.Message{stamped(0), {Payload: []byte("short")}, stamped(2)}, 0, bench.NewRecorder())
+	if d, g, m := k.delivered.Load(), k.gaps.Load(), k.malformed.Load(); d != 2 || g != 1 || m != 1 {
+		t.Fatalf("delivered %d, gaps %d, malformed %d; want 2 delivered, 1 gap (sequence 1) and 1 malformed", d, g, m)
+	}
+}
+
 // --producers sets the full-speed senders; 0 means half the cores, at
 // least one; a negative count is refused.
 func TestProducerCount(t *testing.T) {
@@ -257,5 +273,18 @@ func TestServeAndSendRefuseFlagsThatAreNotTheirs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("loadgen %v: error %v, want one saying %q", c.args, err, c.want)
 		}
+	}
+}
+
+// bench's receiving side fails its case when malformed payloads arrived,
+// saying how many, rather than count them as missing.
+func TestBenchSinkFailsOnMalformedPayloads(t *testing.T) {
+	s, err := startSinkSide(sideSpec{Kind: sideNodeSink, Backend: "default", Size: headerLen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.chk.observe(0, []transport.Message{{Payload: []byte("short")}}, 0, s.rec)
+	if _, _, err := s.finish(t.Context()); err == nil || !strings.Contains(err.Error(), "1 messages arrived with payloads shorter than the 16-byte header") {
+		t.Fatalf("finish: %v, want an error counting the malformed payload", err)
 	}
 }

@@ -51,7 +51,7 @@
 // older peer would misread bumps Version. Unknown fields in an object are
 // ignored (encoding/json's rule), so a field whose absence means what it
 // meant before may be added within a version. Version 2 added the plan's
-// ClockCorrection and done's Clock.
+// ClockCorrection and done's Clock; received's Malformed came within it.
 package control
 
 import (
@@ -314,11 +314,14 @@ type Findings struct {
 // histogram exported for another process to merge. `loadgen serve` answers
 // `loadgen send` with it too.
 type Received struct {
-	Delivered  int64                  `json:"delivered"`
-	Duplicates int64                  `json:"duplicates"`
-	Gaps       int64                  `json:"gaps"`
-	Bytes      int64                  `json:"bytes"`
-	Latency    *hdrhistogram.Snapshot `json:"latency"`
+	Delivered  int64 `json:"delivered"`
+	Duplicates int64 `json:"duplicates"`
+	Gaps       int64 `json:"gaps"`
+	// Malformed counts payloads too short for the send time and sequence
+	// number, counted neither as delivered nor as gaps.
+	Malformed int64                  `json:"malformed,omitempty"`
+	Bytes     int64                  `json:"bytes"`
+	Latency   *hdrhistogram.Snapshot `json:"latency"`
 }
 
 // WorkerPlan asks an agent to run, or to kill, one engine worker.
