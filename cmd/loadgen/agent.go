@@ -18,13 +18,21 @@ package main
 // A connection whose first message is "worker" or "kill" is not a run: it
 // starts or kills one of the engine workers an agent hosts for `loadgen
 // coordinate --scenario wordcount|pipeline` (agentworker.go).
+//
+// Until a connection's first message is in (and its key proven, with
+// --key-file), the agent knows nothing of its peer: it reads that opening
+// with lines of at most control.MaxOpeningLine bytes and gives it
+// firstMessageTimeout, and it serves at most maxControlConns connections at
+// once, answering more with an error and closing them.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -33,6 +41,17 @@ import (
 	"github.com/sluicehq/sluice/cmd/loadgen/internal/load"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
+)
+
+// The limits on an agent's control connections.
+const (
+	// firstMessageTimeout is how long a connection may take, from its key
+	// exchange, to send its first message (coordinators send it at once).
+	firstMessageTimeout = 10 * time.Second
+	// maxControlConns is how many control connections an agent serves at
+	// once: a run's, one for each engine worker it hosts, and the passing
+	// kills.
+	maxControlConns = 64
 )
 
 // agent serves coordinators on a control listener, one run at a time.
@@ -45,6 +64,10 @@ type agent struct {
 	workDir    string             // engine workers' directories, <workDir>/<job>/node<k>
 	nodeArgs   []string           // the transport flags engine workers get
 	workers    workers
+	// firstTimeout and maxConns are firstMessageTimeout and
+	// maxControlConns, but in tests.
+	firstTimeout time.Duration
+	maxConns     int
 
 	wg     sync.WaitGroup
 	closed chan struct{}
@@ -56,7 +79,8 @@ type agent struct {
 }
 
 func newAgent(ln net.Listener, dataListen string, stderr io.Writer) *agent {
-	a := &agent{ln: ln, dataListen: dataListen, stderr: stderr, closed: make(chan struct{})}
+	a := &agent{ln: ln, dataListen: dataListen, stderr: stderr, closed: make(chan struct{}),
+		firstTimeout: firstMessageTimeout, maxConns: maxControlConns}
 	a.mu.conns = map[net.Conn]struct{}{}
 	a.workers.procs = map[string]*os.Process{}
 	return a
@@ -83,8 +107,15 @@ func (a *agent) serve(ctx context.Context) error {
 			return err
 		}
 		a.mu.Lock()
-		a.mu.conns[c] = struct{}{}
+		full := len(a.mu.conns) >= a.maxConns
+		if !full {
+			a.mu.conns[c] = struct{}{}
+		}
 		a.mu.Unlock()
+		if full {
+			a.refuse(c)
+			continue
+		}
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
@@ -95,6 +126,19 @@ func (a *agent) serve(ctx context.Context) error {
 			c.Close()
 		}()
 	}
+}
+
+// refuse tells the peer of a connection over maxConns why it is closed, and
+// closes it. The line goes into an empty socket buffer, so the write does
+// not wait; its deadline is for a peer that is not there.
+func (a *agent) refuse(c net.Conn) {
+	why := fmt.Sprintf("agent busy: %d control connections are open, the most it serves at once (a run's, its engine workers'); try again once one ends", a.maxConns)
+	a.logf("refused a control connection from %s: %d are open, the most it serves at once", c.RemoteAddr(), a.maxConns)
+	if line, err := control.Append(nil, control.Msg{Kind: control.KindError, Error: why}); err == nil {
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.Write(line)
+	}
+	c.Close()
 }
 
 // close stops accepting and cuts every control connection, which aborts
@@ -134,18 +178,23 @@ func (a *agent) logf(format string, args ...any) {
 func (a *agent) session(ctx context.Context, c net.Conn) {
 	who := c.RemoteAddr().String()
 	cc := control.NewConn(c)
+	cc.SetMaxLine(control.MaxOpeningLine)
 	if err := control.Authenticate(cc, a.key, control.Agent); err != nil {
 		a.logf("refused coordinator %s: %v", who, err)
 		return
 	}
-	first, err := cc.Recv(0)
+	first, err := cc.Recv(a.firstTimeout)
 	if err != nil {
+		if errors.Is(err, control.ErrTimeout) {
+			err = fmt.Errorf("no message within %v of connecting: %w", a.firstTimeout, err)
+		}
 		a.logf("coordinator %s went away: %v", who, err)
-		if control.IsBadInput(err) {
+		if control.IsBadInput(err) || errors.Is(err, control.ErrTimeout) {
 			_ = cc.Send(control.Msg{Kind: control.KindError, Error: err.Error()})
 		}
 		return
 	}
+	cc.SetMaxLine(control.MaxLine)
 	switch first.Kind {
 	case control.KindWorker, control.KindKill:
 		// Engine workers are not runs: an agent hosts any number of them,
@@ -294,7 +343,7 @@ func (r *agentRun) run(ctx context.Context, ctlLocal net.Addr) error {
 		}
 		listen = net.JoinHostPort(host, "0")
 	}
-	r.srv = &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: r.a.stderr}
+	r.srv = &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: r.a.stderr, replyOpts: r.a.opts}
 	r.srv.lim = load.NewLimiter(r.plan.ConsumeRate)
 	r.node, err = transport.NewNode(append([]transport.Option{transport.WithListen(listen),
 		transport.WithConnectionsPerPeer(r.plan.Connections), transport.WithPingInterval(clockPing)}, r.a.opts...)...)
@@ -481,7 +530,7 @@ func (r *agentRun) shutdown() {
 // collect and to loadgen send's report request.
 func (ss *session) received() control.Received {
 	return control.Received{
-		Delivered: ss.delivered.Load(), Duplicates: ss.dups.Load(), Gaps: ss.gaps.Load(),
+		Delivered: ss.delivered.Load(), Duplicates: ss.dups.Load(), Gaps: ss.gaps.Load(), Malformed: ss.malformed.Load(),
 		Bytes: ss.nbytes.Load(), Latency: ss.rec.Snapshot().Export(),
 	}
 }
@@ -489,7 +538,10 @@ func (ss *session) received() control.Received {
 func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("agent", "Waits for 'loadgen coordinate' on a control port and runs its part of a\n"+
 		"scenario across hosts: receives like 'loadgen serve', sends like 'loadgen send'.\n"+
-		"Runs until interrupted, one coordinator at a time.", stderr)
+		"Runs until interrupted, one coordinator at a time. It serves at most "+strconv.Itoa(maxControlConns)+"\n"+
+		"control connections at once (a run's, its engine workers') and refuses more;\n"+
+		"a connection must send its first message within "+firstMessageTimeout.String()+", in lines of at most\n"+
+		strconv.Itoa(control.MaxOpeningLine>>10)+" KiB until then.", stderr)
 	listen := fs.String("listen", "127.0.0.1:7500", "control address to listen on for coordinators")
 	dataListen := fs.String("data-listen", "", "data address to receive on, and the host engine workers listen on (default: the address the coordinator reached, any port)")
 	workDir := fs.String("data-dir", "", "directory for the logs and checkpoints of the engine workers this agent runs, kept for a coordinator that resumes its job (default: a temporary one, removed when the agent stops)")

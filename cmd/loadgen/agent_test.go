@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -119,6 +120,14 @@ func TestPlanValidation(t *testing.T) {
 		{"no channels is refused", func(p *control.Plan) { p.Channels = 0 }, "--channels"},
 		{"no connections is refused", func(p *control.Plan) { p.Connections = 0 }, "--connections"},
 		{"neither messages nor a duration is refused", func(p *control.Plan) { p.Messages = 0 }, "--duration"},
+		{"the largest payload a window holds is accepted", func(p *control.Plan) { p.Size = maxSize }, ""},
+		{"a payload larger than a window holds is refused", func(p *control.Plan) { p.Size = maxSize + 1 }, "the largest payload a channel's window"},
+		{"a payload of gigabytes is refused", func(p *control.Plan) { p.Size = 1 << 40 }, "--size 1099511627776 is above"},
+		{"as many channels as a connection takes is accepted", func(p *control.Plan) { p.Channels = maxChannels }, ""},
+		{"more channels than a connection takes are refused", func(p *control.Plan) { p.Channels = maxChannels + 1 }, "--channels must be 1 to 65535"},
+		{"billions of channels are refused", func(p *control.Plan) { p.Channels = 1 << 40 }, "--channels must be 1 to 65535"},
+		{"as many connections as a receiver accepts from a host is accepted", func(p *control.Plan) { p.Connections = maxConnections }, ""},
+		{"more connections than a receiver accepts from a host are refused", func(p *control.Plan) { p.Connections = 1 << 30 }, "--connections must be 1 to 64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -273,4 +282,90 @@ func TestAgentAnswersALineThatBreaksTheProtocolWithAnError(t *testing.T) {
 		})
 	}
 	a.log.waitFor(t, "failed: control: malformed message")
+}
+
+// A connection that sends nothing is told so and closed after the first
+// message's deadline, instead of being held forever.
+func TestAgentClosesAConnectionThatSendsNothing(t *testing.T) {
+	a := startAgentWith(t, func(a *agent) { a.firstTimeout = 50 * time.Millisecond })
+	cc := dialCtl(t, a.addr)
+	m := recvType(t, cc)
+	if m.Kind != control.KindError || !strings.Contains(m.Error, "no message within 50ms of connecting") {
+		t.Fatalf("got %q %q, want an error saying no message came in time", m.Kind, m.Error)
+	}
+	if _, err := cc.Recv(5 * time.Second); err == nil || errors.Is(err, control.ErrTimeout) {
+		t.Errorf("after the error the connection gave %v, want it closed", err)
+	}
+}
+
+// Before its first message (and before its key is proven) a connection may
+// not send a line longer than control.MaxOpeningLine: the agent stops
+// reading it there instead of buffering up to control.MaxLine.
+func TestAgentRefusesALongLineBeforeTheFirstMessage(t *testing.T) {
+	long := append(bytes.Repeat([]byte("x"), control.MaxOpeningLine+1), '\n')
+	t.Run("without a key the peer is told", func(t *testing.T) {
+		a := startAgent(t)
+		c, err := net.Dial("tcp", a.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc := control.NewConn(c)
+		t.Cleanup(func() { cc.Close() })
+		if _, err := c.Write(long); err != nil {
+			t.Fatal(err)
+		}
+		m := recvType(t, cc)
+		if m.Kind != control.KindError || !strings.Contains(m.Error, "line too long: over 65536 bytes") {
+			t.Fatalf("got %q %q, want an error saying the line is over 65536 bytes", m.Kind, m.Error)
+		}
+	})
+	t.Run("with a key it is refused before the key exchange ends", func(t *testing.T) {
+		a := startAgentWith(t, func(a *agent) { a.key = bytes.Repeat([]byte("k"), 32) })
+		c, err := net.Dial("tcp", a.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Write(long); err != nil {
+			t.Fatal(err)
+		}
+		a.log.waitFor(t, "refused coordinator")
+		a.log.waitFor(t, "line too long: over 65536 bytes")
+	})
+}
+
+// An agent serves at most maxConns control connections at once, answers
+// the next with an error saying so, and serves again once one has closed.
+func TestAgentRefusesConnectionsBeyondItsLimit(t *testing.T) {
+	a := startAgentWith(t, func(a *agent) { a.maxConns = 2 })
+	first := dialCtl(t, a.addr)
+	dialCtl(t, a.addr)
+	third := dialCtl(t, a.addr)
+	m := recvType(t, third)
+	if m.Kind != control.KindError || !strings.Contains(m.Error, "2 control connections are open, the most it serves at once") {
+		t.Fatalf("the third connection got %q %q, want an error saying 2 are open, the limit", m.Kind, m.Error)
+	}
+	a.log.waitFor(t, "refused a control connection")
+	first.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a.mu.Lock()
+		n := len(a.mu.conns)
+		a.mu.Unlock()
+		if n < 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent still counts %d connections after one closed", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	next := dialCtl(t, a.addr)
+	p := goodPlan()
+	if err := next.Send(control.Msg{Kind: control.KindPlan, Plan: &p}); err != nil {
+		t.Fatal(err)
+	}
+	if m := recvType(t, next); m.Kind != control.KindReady {
+		t.Fatalf("once a connection closed, the next got %q %q, want ready", m.Kind, m.Error)
+	}
 }

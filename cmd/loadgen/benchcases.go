@@ -160,7 +160,11 @@ func latencyFigures(figures map[string]float64, snap *hdrhistogram.Snapshot) err
 	if snap == nil {
 		return errors.New("bench: the receiver recorded no latencies")
 	}
-	l := bench.LatencyOf(hdrhistogram.Import(snap))
+	h, err := importLatency(snap)
+	if err != nil {
+		return fmt.Errorf("bench: the receiver's latencies: %w", err)
+	}
+	l := bench.LatencyOf(h)
 	figures["p50_us"], figures["p99_us"], figures["p999_us"] = l.P50, l.P99, l.P999
 	return nil
 }

@@ -215,6 +215,9 @@ func (s *sinkSide) abort() { s.node.Abort() }
 
 func (s *sinkSide) finish(context.Context) (bench.Delivery, *bench.Recorder, error) {
 	s.node.Abort()
+	if n := s.chk.malformed.Load(); n > 0 {
+		return bench.Delivery{}, nil, fmt.Errorf("bench: %s", malformedNote(n))
+	}
 	return bench.Delivery{Delivered: s.chk.delivered.Load(), Duplicates: s.chk.duplicates.Load(),
 		Missing: s.chk.gaps.Load(), LastNS: s.last.Load()}, s.rec, nil
 }

@@ -25,6 +25,7 @@ var (
 	errAgentLost        = errors.New("loadgen: agent's control connection broke (did it die?)")
 	errAgentSilent      = errors.New("loadgen: agent stopped reporting (is it hung?)")
 	errAgentFailed      = errors.New("loadgen: agent failed")
+	errAgentBadReport   = errors.New("loadgen: agent sent findings loadgen cannot use")
 )
 
 // agentError is a failure of one agent during one phase of a run.
@@ -111,7 +112,8 @@ type remote struct {
 	progress control.Progress
 	done     *control.Done
 	found    *control.Findings
-	finished bool // it answered bye
+	latency  map[uint64]*hdrhistogram.Histogram // found's histograms, by sender epoch
+	finished bool                               // it answered bye
 }
 
 type ctlEvent struct {
@@ -411,13 +413,36 @@ func (c *coordinator) await(ctx context.Context, phase string, want control.Kind
 		case control.KindDone:
 			r.done = m.Done
 		case control.KindFindings:
-			r.found = m.Findings
+			hs, err := c.importFindings(r, m.Findings)
+			if err != nil {
+				return fail(fmt.Errorf("%w: %w", errAgentBadReport, err))
+			}
+			r.found, r.latency = m.Findings, hs
 		case control.KindBye:
 			r.finished = true
 		}
 		delete(pending, r)
 	}
 	return nil
+}
+
+// importFindings imports the latency histograms receiver r found for the
+// senders that send to it, by their epochs, and fails on the first that is
+// not one loadgen exports. Whatever else f holds is not read.
+func (c *coordinator) importFindings(r *remote, f *control.Findings) (map[uint64]*hdrhistogram.Histogram, error) {
+	hs := map[uint64]*hdrhistogram.Histogram{}
+	for _, s := range c.senders() {
+		got, ok := f.BySender[s.ready.Epoch]
+		if s.sendTo != r || !ok || got.Latency == nil {
+			continue
+		}
+		h, err := importLatency(got.Latency)
+		if err != nil {
+			return nil, fmt.Errorf("the latencies of %s (%s): %w", s.addr, s.role, err)
+		}
+		hs[s.ready.Epoch] = h
+	}
+	return hs, nil
 }
 
 // reachableDataAddr replaces an unspecified host in an agent's data address
@@ -468,13 +493,15 @@ func (c *coordinator) report(startAt time.Time, prog *bench.Progress) (*bench.Re
 		bytes += f.Bytes
 		elapsed = max(elapsed, d.Elapsed)
 		var p99 float64
-		if f.Latency != nil {
-			h := hdrhistogram.Import(f.Latency)
+		if h := s.sendTo.latency[s.ready.Epoch]; h != nil {
 			rec.MergeHistogram(h)
 			p99 = bench.LatencyOf(h).P99
 		}
 		report.Notes = append(report.Notes, fmt.Sprintf("%s -> %s: %d sent, %d delivered, %d duplicates, %d missing, p99 %.1f µs, started %v late; %s",
 			s.addr, s.sendTo.addr, d.Sent, f.Delivered, f.Duplicates, f.Gaps, p99, d.Late.Round(time.Microsecond), d.Clock.String()))
+		if f.Malformed > 0 {
+			report.Notes = append(report.Notes, fmt.Sprintf("%s -> %s: %s", s.addr, s.sendTo.addr, malformedNote(f.Malformed)))
+		}
 		report.Clock = report.Clock.Merge(d.Clock)
 		if d.Err != "" {
 			failures = append(failures, fmt.Sprintf("%s (%s): %s", s.addr, s.role, d.Err))
@@ -514,7 +541,8 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		"With --scenario wordcount or pipeline this process is the engine's coordinator\n"+
 		"and each agent runs one of its workers (node i on the i-th agent), starting it\n"+
 		"again after a failure; --faults kill= SIGKILLs a worker on any agent. The\n"+
-		"wordcount --input must be readable at its path on the agent of node 0.", stderr)
+		"wordcount --input must be readable at its path on the agent of node 0.\n"+
+		"A flag of another scenario is refused, as 'loadgen run' refuses it.", stderr)
 	agents := fs.String("agents", "", "comma-separated control addresses of the agents, e.g. 10.0.0.1:7500,10.0.0.2:7500")
 	scenario := fs.String("scenario", "transport", "scenario to run: transport, wordcount or pipeline")
 	topology := fs.String("topology", topoFanIn, "fan-in: the first agent receives from all others; ring: each agent sends to the next")
@@ -547,32 +575,25 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 			list = append(list, a)
 		}
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	only := func(scenario string, names ...string) error {
-		for _, n := range names {
-			if set[n] {
-				return fmt.Errorf("coordinate: --%s is for --scenario %s", n, scenario)
-			}
-		}
-		return nil
-	}
+	nodes := false
+	fs.Visit(func(f *flag.Flag) { nodes = nodes || f.Name == "nodes" })
 	switch *scenario {
 	case "transport":
-		if err := only("wordcount or pipeline", "input", "output", "nodes", "data-dir", "checkpoint-every", "parallelism",
-			"max-restarts", "fsync", "chain", "start-over"); err != nil {
+		if err := checkScenarioFlags("coordinate", *scenario, fs); err != nil {
 			return err
 		}
 	case "wordcount", "pipeline":
-		if err := only("transport", "topology", "messages", "start-delay", "heartbeat-timeout", "rate", "channels",
-			"connections", "consume-rate", "producers", "delivery"); err != nil {
-			return err
-		}
-		if set["nodes"] {
+		if nodes {
 			return errors.New("coordinate: there is one engine worker per agent; --nodes is for 'loadgen run'")
+		}
+		if err := checkScenarioFlags("coordinate", *scenario, fs); err != nil {
+			return err
 		}
 		if len(list) == 0 {
 			return errors.New("coordinate: --agents names no agent")
+		}
+		if err := checkEngineRun(*scenario, ec, tc); err != nil {
+			return fmt.Errorf("coordinate: %w", err)
 		}
 		return coordinateEngine(ctx, *scenario, list, key, *connectTimeout, ec, tc, sec, out, stdout, stderr)
 	default:

@@ -134,7 +134,7 @@ func statCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			case <-t.C:
 			}
 		}
-		cur, err := fetchSnapshot(ctx, client, url)
+		cur, err := fetchSnapshot(ctx, client, url, maxMetricsBody)
 		if err != nil {
 			return fmt.Errorf("stat: %w", err)
 		}
@@ -168,7 +168,12 @@ type snapshot struct {
 	fams map[string]metrics.Family
 }
 
-func fetchSnapshot(ctx context.Context, client *http.Client, url string) (*snapshot, error) {
+// maxMetricsBody bounds the body of a scrape that stat reads.
+const maxMetricsBody = 256 << 20
+
+// fetchSnapshot scrapes url. A body over limit bytes is refused: cut
+// short, its last sample could parse with a truncated value.
+func fetchSnapshot(ctx context.Context, client *http.Client, url string, limit int64) (*snapshot, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -181,7 +186,11 @@ func fetchSnapshot(ctx context.Context, client *http.Client, url string) (*snaps
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	fams, err := metrics.Parse(io.LimitReader(resp.Body, 256<<20))
+	body := &cappedReader{r: resp.Body, left: limit}
+	fams, err := metrics.Parse(body)
+	if body.over {
+		return nil, fmt.Errorf("GET %s: body too large: over %d bytes", url, limit)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", url, err)
 	}
@@ -190,6 +199,38 @@ func fetchSnapshot(ctx context.Context, client *http.Client, url string) (*snaps
 		s.fams[f.Name] = f
 	}
 	return s, nil
+}
+
+// cappedReader reads r up to left bytes; a read past them fails, with over
+// set, if r has more.
+type cappedReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+var errOverCap = errors.New("more bytes than allowed")
+
+func (c *cappedReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		var one [1]byte
+		for {
+			n, err := c.r.Read(one[:])
+			if n > 0 {
+				c.over = true
+				return 0, errOverCap
+			}
+			if err != nil {
+				return 0, err
+			}
+		}
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.left -= int64(n)
+	return n, err
 }
 
 // value is the sample of family name with exactly the label values given

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -79,5 +81,28 @@ func TestMetricsEndpointAndStatWatchARun(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A scrape whose body is longer than the limit is refused as too large,
+// not cut at the limit, where its last sample would parse with a value cut
+// short; one within the limit parses.
+func TestStatRefusesAMetricsBodyOverItsLimit(t *testing.T) {
+	const body = "# TYPE a counter\na 1\n# TYPE b counter\nb 123456789\n"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	cut := int64(strings.Index(body, "b 1234") + len("b 1234"))
+	_, err := fetchSnapshot(context.Background(), srv.Client(), srv.URL, cut)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("body too large: over %d bytes", cut)) {
+		t.Fatalf("a body of %d bytes over a limit of %d: error %v, want body too large", len(body), cut, err)
+	}
+	s, err := fetchSnapshot(context.Background(), srv.Client(), srv.URL, int64(len(body)))
+	if err != nil {
+		t.Fatalf("a body of exactly the limit: %v", err)
+	}
+	if v, ok := s.value("b"); !ok || v != 123456789 {
+		t.Errorf("b = %v (found %v), want 123456789", v, ok)
 	}
 }

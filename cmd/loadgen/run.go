@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
+	"strings"
 
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/transport"
@@ -34,13 +36,79 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// scenarioFlags names the flags that mean something to some scenarios
+// only, with those scenarios. run and coordinate refuse such a flag given
+// for another scenario (checkScenarioFlags) rather than ignore it, so that
+// a report never records a setting that did not apply.
+var scenarioFlags = func() map[string][]string {
+	m := map[string][]string{}
+	add := func(scenarios []string, names ...string) {
+		for _, n := range names {
+			m[n] = scenarios
+		}
+	}
+	transport, engine := []string{"transport"}, []string{"wordcount", "pipeline"}
+	// The transport scenario's load and delivery, and coordinate's run
+	// of it.
+	add(transport, "rate", "channels", "connections", "consume-rate", "producers", "delivery",
+		"topology", "messages", "start-delay", "heartbeat-timeout", "clock-correction")
+	// What the transport scenario sends and the pipeline generates.
+	add([]string{"transport", "pipeline"}, "size", "duration")
+	add([]string{"wordcount"}, "input", "output")
+	add(engine, "nodes", "data-dir", "start-over", "checkpoint-every", "parallelism", "max-restarts", "fsync", "chain")
+	return m
+}()
+
+// checkScenarioFlags refuses the flags set in fs that scenarioFlags gives
+// to scenarios other than scenario; cmd names the command in the error.
+func checkScenarioFlags(cmd, scenario string, fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if in, ok := scenarioFlags[f.Name]; ok && err == nil && !slices.Contains(in, scenario) {
+			err = fmt.Errorf("%s: --%s is for --scenario %s, not %s", cmd, f.Name, strings.Join(in, " or "), scenario)
+		}
+	})
+	return err
+}
+
+// validate refuses the engine flags no engine run takes, rather than let
+// the engine put a default in their place while the report records them.
+func (c *engineConfig) validate() error {
+	switch {
+	case c.nodes < 1:
+		return fmt.Errorf("--nodes must be >= 1, got %d", c.nodes)
+	case c.parallelism < 1:
+		return fmt.Errorf("--parallelism must be >= 1, got %d", c.parallelism)
+	case c.ckptEvery <= 0:
+		return fmt.Errorf("--checkpoint-every must be positive, got %v", c.ckptEvery)
+	case c.maxRestarts < 0:
+		return fmt.Errorf("--max-restarts must not be negative, got %d", c.maxRestarts)
+	}
+	return nil
+}
+
+// checkEngineRun checks the flags of an engine scenario's run.
+func checkEngineRun(scenario string, ec engineConfig, tc transportConfig) error {
+	if err := ec.validate(); err != nil {
+		return err
+	}
+	if scenario == "pipeline" && tc.duration <= 0 {
+		return fmt.Errorf("--duration must be positive, got %v", tc.duration)
+	}
+	return nil
+}
+
 func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", "Runs a scenario and reports what it measured.\n"+
 		"Scenarios:\n"+
 		"  pipeline   source -> processor -> sink of --size-byte messages for --duration, with checkpoints,\n"+
 		"             checked against per-key sums: is the pipeline exactly-once? (the default)\n"+
 		"  transport  two transport nodes over loopback sockets: throughput, latency, loss, duplicates\n"+
-		"  wordcount  counts the words of --input into --output, identical under any --faults", stderr)
+		"  wordcount  counts the words of --input into --output, identical under any --faults\n"+
+		"A flag of another scenario is refused, not ignored: --size and --duration are for transport and\n"+
+		"pipeline, --input and --output for wordcount, the flags marked \"engine scenarios\" for pipeline\n"+
+		"and wordcount, and --rate, --channels, --connections, --consume-rate, --producers and --delivery\n"+
+		"for transport.", stderr)
 	scenario := fs.String("scenario", "pipeline", "scenario to run: pipeline, transport or wordcount")
 	var sec nodeFlags
 	sec.register(fs)
@@ -58,6 +126,28 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("run: unexpected arguments %q", fs.Args())
+	}
+	switch *scenario {
+	case "transport", "wordcount", "pipeline":
+	default:
+		return fmt.Errorf("run: unknown scenario %q (want transport, wordcount or pipeline)", *scenario)
+	}
+	if err := checkScenarioFlags("run", *scenario, fs); err != nil {
+		return err
+	}
+	if *scenario != "transport" {
+		if err := checkEngineRun(*scenario, ec, tc); err != nil {
+			return fmt.Errorf("run: %w", err)
+		}
+	}
+	if *scenario == "wordcount" && ec.input != "" {
+		// The engine's source would fail to open it, again at every
+		// restart, and the run wait for words that never come.
+		f, err := os.Open(ec.input)
+		if err != nil {
+			return fmt.Errorf("run: --input: %w", err)
+		}
+		f.Close()
 	}
 	if err := sec.startMetrics(ctx, stderr); err != nil {
 		return err
@@ -94,8 +184,6 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		report, rec, err = runWordCountScenario(ctx, ec, tc, sec, stderr)
 	case "pipeline":
 		report, rec, err = runPipelineScenario(ctx, ec, tc, sec, stderr)
-	default:
-		return fmt.Errorf("run: unknown scenario %q (want transport, wordcount or pipeline)", *scenario)
 	}
 	if err != nil {
 		return err

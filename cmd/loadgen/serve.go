@@ -22,8 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
-
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
 	"github.com/sluicehq/sluice/cmd/loadgen/internal/load"
@@ -50,10 +48,10 @@ type reportRequest struct {
 
 // session is what serve learned from one send run, told apart by epoch.
 type session struct {
-	rec                           *bench.Recorder
-	delivered, dups, gaps, nbytes atomic.Int64
-	mu                            sync.Mutex
-	chans                         map[taskid.ID]*bench.Delivery // by source task
+	rec                                      *bench.Recorder
+	delivered, dups, gaps, malformed, nbytes atomic.Int64
+	mu                                       sync.Mutex
+	chans                                    map[taskid.ID]*bench.Delivery // by source task
 }
 
 type server struct {
@@ -62,6 +60,11 @@ type server struct {
 	rec       *bench.Recorder
 	lim       *load.Limiter
 	stderr    io.Writer
+	// replyOpts are the options of the node each answer to a report
+	// request is sent from (the serving node's key, TLS and buffers).
+	replyOpts []transport.Option
+	// replyTimeout bounds each answer; 0 means replyTimeout.
+	replyTimeout time.Duration
 
 	mu       sync.Mutex
 	sessions map[uint64]*session
@@ -93,10 +96,11 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 			ss.chans[ch.Source] = d
 		}
 		before := *d
-		var n, bytes int64
+		var n, bytes, malformed int64
 		var lats latencyGroup
 		for _, m := range msgs {
 			if len(m.Payload) < headerLen {
+				malformed++ // no sequence number: neither delivered nor a gap
 				continue
 			}
 			intended, seq := bench.Stamped(m.Payload)
@@ -117,6 +121,7 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 		ss.delivered.Add(n)
 		ss.dups.Add(dups)
 		ss.gaps.Add(gaps)
+		ss.malformed.Add(malformed)
 		ss.nbytes.Add(bytes)
 		s.delivered.Add(n)
 	}
@@ -132,8 +137,8 @@ func (s *server) onControl(_ taskid.Channel, _ uint64, msgs []transport.Message)
 		}
 		ss := s.session(req.Epoch)
 		f := ss.received()
-		fmt.Fprintf(s.stderr, "loadgen serve: run %x done: %d delivered, %d duplicates, %d missing; p99 %.1f µs\n",
-			req.Epoch, f.Delivered, f.Duplicates, f.Gaps, ss.rec.Latency().P99)
+		fmt.Fprintf(s.stderr, "loadgen serve: run %x done: %d delivered, %d duplicates, %d missing, %d malformed; p99 %.1f µs\n",
+			req.Epoch, f.Delivered, f.Duplicates, f.Gaps, f.Malformed, ss.rec.Latency().P99)
 		go s.reply(req, f)
 	}
 }
@@ -148,10 +153,27 @@ func (s *server) reply(req reportRequest, f control.Received) {
 	}
 }
 
+// replyTimeout is how long serve tries to deliver an answer.
+const replyTimeout = 10 * time.Second
+
+// sendReply delivers an answer to req from a node of its own, aborted once
+// the answer is acknowledged or its time is up. The serving node does not
+// send it: a peer of a node stays, redialling its address, for as long as
+// the node lives, and anyone who can send a report request names that
+// address.
 func (s *server) sendReply(req reportRequest, b []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	timeout := s.replyTimeout
+	if timeout == 0 {
+		timeout = replyTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	p, err := s.node.Peer(req.ReplyTo)
+	n, err := transport.NewNode(s.replyOpts...)
+	if err != nil {
+		return err
+	}
+	defer n.Abort()
+	p, err := n.Peer(req.ReplyTo)
 	if err != nil {
 		return err
 	}
@@ -164,6 +186,25 @@ func (s *server) sendReply(req reportRequest, b []byte) error {
 		return err
 	}
 	return snd.Flush(ctx)
+}
+
+// newServer starts serve's node on listen, with opts, consuming at most
+// consume messages per second (0: no limit), inline or on the targets'
+// goroutines. Aborting s.node stops it.
+func newServer(listen string, opts []transport.Option, consume float64, inline bool, stderr io.Writer) (*server, error) {
+	s := &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: stderr, replyOpts: opts}
+	s.lim = load.NewLimiter(consume)
+	node, err := transport.NewNode(append(opts[:len(opts):len(opts)], transport.WithListen(listen))...)
+	if err != nil {
+		return nil, err
+	}
+	s.node = node
+	if inline {
+		node.HandleAllInline(s.handler)
+	} else {
+		node.HandleAll(s.handler)
+	}
+	return s, nil
 }
 
 func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -189,19 +230,12 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	s := &server{rec: bench.NewRecorder(), sessions: map[uint64]*session{}, stderr: stderr}
-	s.lim = load.NewLimiter(*consume)
-	node, err := transport.NewNode(append(secOpts, transport.WithListen(*listen))...)
+	s, err := newServer(*listen, secOpts, *consume, inlineDelivery(*delivery, *consume), stderr)
 	if err != nil {
 		return err
 	}
-	s.node = node
+	node := s.node
 	defer metricsHub.addNode(node, "serve")()
-	if inlineDelivery(*delivery, *consume) {
-		node.HandleAllInline(s.handler)
-	} else {
-		node.HandleAll(s.handler)
-	}
 	fmt.Fprintf(stderr, "loadgen serve: listening on %s\n", node.Addr())
 	prog := bench.NewProgress(stderr, &s.delivered, s.rec)
 	prog.Start()
@@ -362,7 +396,11 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	rec := bench.NewRecorder()
 	if f.Latency != nil {
-		rec.MergeHistogram(hdrhistogram.Import(f.Latency))
+		h, err := importLatency(f.Latency)
+		if err != nil {
+			return fmt.Errorf("send: the findings 'loadgen serve' at %s reported are unusable: %w", *to, err)
+		}
+		rec.MergeHistogram(h)
 	}
 	st := node.Stats()
 	report.DurationS = elapsed.Seconds()
@@ -380,6 +418,9 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	report.ExactlyOnce = &ok
 	report.Notes = append(report.Notes, "latency is measured by serve against the send times in the payloads; "+report.Clock.String(),
 		"wire_bytes counts what send wrote; serve's acknowledgements are not included")
+	if f.Malformed > 0 {
+		report.Notes = append(report.Notes, "serve says "+malformedNote(f.Malformed))
+	}
 	return finishReport(report, rec, out, stdout, stderr)
 }
 

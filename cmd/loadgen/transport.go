@@ -22,6 +22,24 @@ import (
 // the plain-TCP baselines use too); the rest is filler.
 const headerLen = bench.StampLen
 
+// Limits of the load loadgen puts on a transport, from a plan or from the
+// flags: beyond them the receiving side refuses what is sent, and a plan
+// from the network could make an agent allocate without bound.
+const (
+	// maxSize is the largest payload a channel's window holds (the
+	// window keeps each message with its head) with the transport's
+	// default window, which loadgen's nodes keep.
+	maxSize = transport.DefaultWindowBytes - transport.MaxMessageHead
+	// maxChannels: a receiving node takes at most 65,536 channels from a
+	// peer on one connection (transport.WithMaxChannels' default, which
+	// loadgen's nodes keep), and send's report request to serve opens one
+	// more.
+	maxChannels = 65536 - 1
+	// maxConnections is how many connections a receiving node accepts
+	// from one host at a time (transport.WithMaxConnsPerAddr's default).
+	maxConnections = 64
+)
+
 // transportConfig is the transport scenario's configuration.
 type transportConfig struct {
 	size        int
@@ -40,11 +58,11 @@ type transportConfig struct {
 }
 
 func (c *transportConfig) register(fs *flag.FlagSet) {
-	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
+	fs.IntVar(&c.size, "size", 100, fmt.Sprintf("payload bytes per message, %d (send time and sequence number) to %d (what a channel's window holds)", headerLen, maxSize))
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to send")
 	fs.Float64Var(&c.rate, "rate", 0, "messages per second over all channels; 0 sends as fast as the transport allows")
-	fs.IntVar(&c.channels, "channels", 1, "channels (source task -> target task) to spread the load over")
-	fs.IntVar(&c.connections, "connections", 1, "TCP connections between the two nodes")
+	fs.IntVar(&c.channels, "channels", 1, fmt.Sprintf("channels (source task -> target task) to spread the load over, at most %d", maxChannels))
+	fs.IntVar(&c.connections, "connections", 1, fmt.Sprintf("TCP connections between the two nodes, at most %d", maxConnections))
 	fs.StringVar(&c.faults, "faults", "", "faults to inject, e.g. drop=0.05,ctrldrop=0.05,dup=0.01,reset=2s,delay=2ms,jitter=1ms,bw=10MB,ge=0.01:0.3:0.5,partition=3s@5s (see transport.ParseFaults)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the fault generator")
 	fs.Float64Var(&c.consumeRate, "consume-rate", 0, "messages per second the receiving tasks consume at most, over all channels; 0: no limit")
@@ -103,14 +121,16 @@ func (c *transportConfig) validate() error {
 	switch {
 	case c.size < headerLen:
 		return fmt.Errorf("--size %d is below %d, the bytes loadgen needs for the send time and sequence number", c.size, headerLen)
+	case c.size > maxSize:
+		return fmt.Errorf("--size %d is above %d, the largest payload a channel's window of %d bytes holds with its %d-byte head", c.size, maxSize, transport.DefaultWindowBytes, transport.MaxMessageHead)
 	case c.duration <= 0:
 		return fmt.Errorf("--duration must be positive, got %v", c.duration)
 	case c.rate < 0:
 		return fmt.Errorf("--rate must not be negative, got %v", c.rate)
-	case c.channels < 1:
-		return fmt.Errorf("--channels must be >= 1, got %d", c.channels)
-	case c.connections < 1:
-		return fmt.Errorf("--connections must be >= 1, got %d", c.connections)
+	case c.channels < 1 || c.channels > maxChannels:
+		return fmt.Errorf("--channels must be 1 to %d (a receiving node takes 65,536 channels from a peer on one connection, and send's report request needs one), got %d", maxChannels, c.channels)
+	case c.connections < 1 || c.connections > maxConnections:
+		return fmt.Errorf("--connections must be 1 to %d (the connections a receiving node accepts from one host), got %d", maxConnections, c.connections)
 	case c.producers < 0:
 		return fmt.Errorf("--producers must not be negative, got %d", c.producers)
 	}
@@ -133,13 +153,21 @@ func (c *transportConfig) asMap() map[string]any {
 // checker verifies, per channel, that loadgen's own sequence numbers arrive
 // exactly once and in order. Each channel has a target of its own, whose
 // handler the transport calls one run at a time, so its counters need no
-// lock.
+// lock. A payload too short to hold the header is malformed: it has no
+// sequence number, so it is neither delivered nor a gap (the number it
+// should have carried shows as one once the next arrives).
 type checker struct {
 	chans      []chanCheck
 	delivered  atomic.Int64
 	duplicates atomic.Int64
 	gaps       atomic.Int64
+	malformed  atomic.Int64
 	bytes      atomic.Int64
+}
+
+// malformedNote is what a report says of n malformed payloads.
+func malformedNote(n int64) string {
+	return fmt.Sprintf("%d messages arrived with payloads shorter than the %d-byte header (send time and sequence number): malformed, counted neither as delivered nor as missing", n, headerLen)
 }
 
 type chanCheck struct {
@@ -150,33 +178,36 @@ type chanCheck struct {
 func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *bench.Recorder) {
 	c := &k.chans[ch]
 	dupsBefore, missingBefore := c.Duplicates, c.Missing
-	var gaps, bytes int64
+	var delivered, malformed, bytes int64
 	var lats latencyGroup
 	for _, m := range msgs {
 		p := m.Payload
 		if len(p) < headerLen {
-			gaps++
+			malformed++
 			continue
 		}
 		intended, seq := bench.Stamped(p)
 		if !c.Observe(seq) {
 			continue
 		}
+		delivered++
 		if lat, n := lats.add(now - intended); n > 0 {
 			rec.RecordN(lat, n)
 		}
 		bytes += int64(len(p))
 	}
 	rec.RecordN(lats.lat, lats.n)
-	dups := c.Duplicates - dupsBefore
-	gaps += c.Missing - missingBefore
-	k.delivered.Add(int64(len(msgs)) - dups)
+	dups, gaps := c.Duplicates-dupsBefore, c.Missing-missingBefore
+	k.delivered.Add(delivered)
 	k.bytes.Add(bytes)
 	if dups > 0 {
 		k.duplicates.Add(dups)
 	}
 	if gaps > 0 {
 		k.gaps.Add(gaps)
+	}
+	if malformed > 0 {
+		k.malformed.Add(malformed)
 	}
 }
 
@@ -325,6 +356,9 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	}
 	if rec.Clamped() > 0 {
 		report.Notes = append(report.Notes, fmt.Sprintf("%d latencies were beyond the histogram's range and clamped", rec.Clamped()))
+	}
+	if n := chk.malformed.Load(); n > 0 {
+		report.Notes = append(report.Notes, malformedNote(n))
 	}
 	return report, rec, nil
 }

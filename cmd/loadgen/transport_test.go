@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -119,6 +120,22 @@ func TestCheckerCountsAndRecordsEachMessage(t *testing.T) {
 	}
 }
 
+// A payload too short for the header is counted as malformed, apart: it is
+// not delivered, and not a gap (the sequence number it should have carried
+// is, once the next arrives).
+func TestCheckerCountsShortPayloadsAsMalformed(t *testing.T) {
+	k := &checker{chans: make([]chanCheck, 1)}
+	stamped := func(seq uint64) transport.Message {
+		p := make([]byte, headerLen)
+		binary.LittleEndian.PutUint64(p[8:], seq)
+		return transport.Message{Payload: p}
+	}
+	k.observe(0, []transport.Message{stamped(0), {Payload: []byte("short")}, stamped(2)}, 0, bench.NewRecorder())
+	if d, g, m := k.delivered.Load(), k.gaps.Load(), k.malformed.Load(); d != 2 || g != 1 || m != 1 {
+		t.Fatalf("delivered %d, gaps %d, malformed %d; want 2 delivered, 1 gap (sequence 1) and 1 malformed", d, g, m)
+	}
+}
+
 // --producers sets the full-speed senders; 0 means half the cores, at
 // least one; a negative count is refused.
 func TestProducerCount(t *testing.T) {
@@ -181,6 +198,58 @@ func TestTransportRunMarksThePartitionOnItsTimeline(t *testing.T) {
 	}
 }
 
+// run refuses the flags of another scenario and values out of range,
+// rather than ignoring them or running with a default the report does not
+// record.
+func TestRunRefusesFlagsOfAnotherScenarioAndValuesOutOfRange(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "missing.txt")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--rate", "1000"}, "run: --rate is for --scenario transport, not pipeline"},
+		{[]string{"--scenario", "pipeline", "--channels", "4"}, "--channels is for --scenario transport, not pipeline"},
+		{[]string{"--scenario", "pipeline", "--connections", "2"}, "--connections is for --scenario transport"},
+		{[]string{"--scenario", "pipeline", "--producers", "2"}, "--producers is for --scenario transport"},
+		{[]string{"--scenario", "pipeline", "--delivery", "inline"}, "--delivery is for --scenario transport"},
+		{[]string{"--scenario", "pipeline", "--consume-rate", "10"}, "--consume-rate is for --scenario transport"},
+		{[]string{"--scenario", "pipeline", "--input", "x"}, "--input is for --scenario wordcount, not pipeline"},
+		{[]string{"--scenario", "wordcount", "--input", "x", "--output", "y", "--rate", "10"}, "--rate is for --scenario transport, not wordcount"},
+		{[]string{"--scenario", "wordcount", "--input", "x", "--output", "y", "--size", "200"}, "--size is for --scenario transport or pipeline, not wordcount"},
+		{[]string{"--scenario", "wordcount", "--input", "x", "--output", "y", "--duration", "3s"}, "--duration is for --scenario transport or pipeline"},
+		{[]string{"--scenario", "transport", "--nodes", "3"}, "--nodes is for --scenario wordcount or pipeline, not transport"},
+		{[]string{"--scenario", "transport", "--parallelism", "4"}, "--parallelism is for --scenario wordcount or pipeline"},
+		{[]string{"--scenario", "pipeline", "--parallelism", "0"}, "run: --parallelism must be >= 1, got 0"},
+		{[]string{"--scenario", "wordcount", "--input", "x", "--output", "y", "--parallelism", "-2"}, "--parallelism must be >= 1, got -2"},
+		{[]string{"--scenario", "pipeline", "--nodes", "0"}, "--nodes must be >= 1, got 0"},
+		{[]string{"--scenario", "pipeline", "--checkpoint-every", "0s"}, "--checkpoint-every must be positive, got 0s"},
+		{[]string{"--scenario", "pipeline", "--max-restarts", "-1"}, "--max-restarts must not be negative"},
+		{[]string{"--scenario", "pipeline", "--duration", "0s"}, "--duration must be positive, got 0s"},
+		{[]string{"--scenario", "sort"}, "unknown scenario \"sort\""},
+		{[]string{"--scenario", "wordcount", "--input", missing, "--output", "y"}, "run: --input: open " + missing},
+	} {
+		err := run(context.Background(), append([]string{"run"}, c.args...), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("loadgen run %v: error %v, want one saying %q", c.args, err, c.want)
+		}
+	}
+}
+
+// The largest payload the flags allow goes through the transport whole.
+func TestTheLargestSizeAllowedIsSent(t *testing.T) {
+	cfg := transportConfig{size: maxSize, duration: 200 * time.Millisecond, rate: 20, channels: 1, connections: 1, delivery: "auto"}
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := runTransport(t.Context(), cfg, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.MessagesSent == 0 || r.ExactlyOnce == nil || !*r.ExactlyOnce {
+		t.Fatalf("%d messages of %d bytes sent, %d delivered, %d lost: want every one delivered", r.MessagesSent, maxSize, r.MessagesDelivered, r.Lost)
+	}
+}
+
 // send refuses the transport flags that belong to run or to serve rather
 // than ignoring them, and serve checks its delivery flags as run does.
 func TestServeAndSendRefuseFlagsThatAreNotTheirs(t *testing.T) {
@@ -194,6 +263,8 @@ func TestServeAndSendRefuseFlagsThatAreNotTheirs(t *testing.T) {
 		{[]string{"send", "--seed", "3"}, "--seed seeds --faults"},
 		{[]string{"send", "--faults", "drop=0.1"}, "--faults is for 'loadgen run'"},
 		{[]string{"send", "--messages", "0"}, "--messages must be >= 1"},
+		{[]string{"send", "--size", "2000000"}, "--size 2000000 is above 1048561"},
+		{[]string{"send", "--channels", "100000"}, "--channels must be 1 to 65535"},
 		{[]string{"serve", "--delivery", "inline", "--consume-rate", "10"}, "cannot be combined with --consume-rate"},
 		{[]string{"serve", "--delivery", "sometimes"}, "--delivery must be auto, inline or goroutine"},
 		{[]string{"serve", "--consume-rate", "-1"}, "--consume-rate must not be negative"},
@@ -202,5 +273,18 @@ func TestServeAndSendRefuseFlagsThatAreNotTheirs(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("loadgen %v: error %v, want one saying %q", c.args, err, c.want)
 		}
+	}
+}
+
+// bench's receiving side fails its case when malformed payloads arrived,
+// saying how many, rather than count them as missing.
+func TestBenchSinkFailsOnMalformedPayloads(t *testing.T) {
+	s, err := startSinkSide(sideSpec{Kind: sideNodeSink, Backend: "default", Size: headerLen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.chk.observe(0, []transport.Message{{Payload: []byte("short")}}, 0, s.rec)
+	if _, _, err := s.finish(t.Context()); err == nil || !strings.Contains(err.Error(), "1 messages arrived with payloads shorter than the 16-byte header") {
+		t.Fatalf("finish: %v, want an error counting the malformed payload", err)
 	}
 }

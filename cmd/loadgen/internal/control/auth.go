@@ -66,8 +66,11 @@ func Authenticate(c *Conn, key []byte, role Role) error {
 	if m.Kind == KindError {
 		return fmt.Errorf("%w: the peer says: %s", ErrAuth, m.Error)
 	}
-	if m.Kind != KindAuth || len(m.Nonce) != nonceLen {
+	switch {
+	case m.Kind != KindAuth:
 		return fmt.Errorf("%w: the peer sent %q instead of its challenge", ErrAuth, m.Kind)
+	case len(m.Nonce) != nonceLen:
+		return fmt.Errorf("%w: the peer's challenge is a nonce of %d bytes, want %d", ErrAuth, len(m.Nonce), nonceLen)
 	}
 	if err := c.Send(Msg{Kind: KindProof, MAC: proof(key, role, nonce[:], m.Nonce)}); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 )
 
@@ -92,6 +93,14 @@ func TestAuthenticate(t *testing.T) {
 		m, err := coord.Recv(0)
 		if err != nil || m.Kind != KindAuth {
 			t.Fatalf("the keyless peer read %+v, %v; want the challenge", m, err)
+		}
+	})
+	t.Run("a challenge of the wrong length fails it, saying so", func(t *testing.T) {
+		coord, agent := tcpPair(t)
+		go func() { _ = coord.Send(Msg{Kind: KindAuth, Nonce: []byte("short")}) }()
+		err := Authenticate(agent, key, Agent)
+		if !errors.Is(err, ErrAuth) || !strings.Contains(err.Error(), "the peer's challenge is a nonce of 5 bytes, want 32") {
+			t.Fatalf("agent: %v, want ErrAuth saying the nonce is 5 bytes, not 32", err)
 		}
 	})
 }

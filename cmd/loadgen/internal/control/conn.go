@@ -14,6 +14,12 @@ import (
 // MaxLine bounds one line, without its newline.
 const MaxLine = 64 << 20
 
+// MaxOpeningLine bounds each line of a connection's opening, which an agent
+// reads before it knows who is at the other end: the key exchange and the
+// first message (a plan, a worker or a kill, each a few hundred bytes). See
+// [Conn.SetMaxLine].
+const MaxOpeningLine = 64 << 10
+
 // WriteTimeout bounds one Send: a peer that stops reading is as good as
 // gone.
 const WriteTimeout = 10 * time.Second
@@ -24,15 +30,24 @@ const readBuffer = 64 << 10
 // Conn is one end of a control connection: it writes and reads whole
 // messages, each within its deadline.
 type Conn struct {
-	nc net.Conn
-	br *bufio.Reader
-	mu sync.Mutex // serialises writes
+	nc      net.Conn
+	br      *bufio.Reader
+	maxLine int        // the longest line Recv reads
+	mu      sync.Mutex // serialises writes
 }
 
-// NewConn wraps nc. The Conn owns nc from then on.
+// NewConn wraps nc. The Conn owns nc from then on. Its Recv reads lines of
+// up to MaxLine bytes.
 func NewConn(nc net.Conn) *Conn {
-	return &Conn{nc: nc, br: bufio.NewReaderSize(nc, readBuffer)}
+	return &Conn{nc: nc, br: bufio.NewReaderSize(nc, readBuffer), maxLine: MaxLine}
 }
+
+// SetMaxLine makes Recv refuse, with ErrLineTooLong, a line longer than n
+// bytes (at most MaxLine). An agent reads a connection's opening with
+// MaxOpeningLine, so that a stranger cannot make it hold MaxLine bytes, and
+// raises it to MaxLine once the first message is in. Like Recv, it is for
+// the connection's one reader.
+func (c *Conn) SetMaxLine(n int) { c.maxLine = min(n, MaxLine) }
 
 // Send writes m as one line, waiting at most WriteTimeout. It is safe for
 // concurrent use: lines never interleave.
@@ -56,7 +71,7 @@ func (c *Conn) Recv(timeout time.Duration) (Msg, error) {
 		dl = time.Now().Add(timeout)
 	}
 	_ = c.nc.SetReadDeadline(dl)
-	line, err := ReadLine(c.br, MaxLine)
+	line, err := ReadLine(c.br, c.maxLine)
 	if err != nil {
 		return Msg{}, timedOut(err)
 	}
@@ -88,8 +103,10 @@ func timedOut(err error) error {
 // ReadLine reads one line of at most limit bytes and returns it without its
 // newline; the slice is the caller's. At the end of the stream it returns
 // io.EOF, or ErrTruncated when the stream ended inside a line; a line over
-// limit fails with ErrLineTooLong once limit+1 bytes of it have been read,
-// so it never holds more than that.
+// limit fails with ErrLineTooLong as soon as a piece of it that r returns
+// (up to a newline or r's buffer size) takes it past limit, so it never
+// holds more than limit bytes and one buffer. A line that stops coming
+// before that is the caller's deadline to end.
 func ReadLine(r *bufio.Reader, limit int) ([]byte, error) {
 	var line []byte
 	for {

@@ -8,7 +8,9 @@
 // holds at most [MaxLine] bytes without its newline; a longer one is refused
 // with [ErrLineTooLong] on both sides (the sender refuses to write it, the
 // receiver to read past it). The largest lines are findings, which carry
-// one exported latency histogram per sender, a few hundred KiB each. A
+// one exported latency histogram per sender, a few hundred KiB each. An
+// agent reads the lines of a connection's opening (the key exchange and the
+// first message) with the lower bound [MaxOpeningLine]. A
 // connection that ends inside a line fails with [ErrTruncated]; a line
 // that is not a JSON object, names no kind or a kind this package does not
 // know, or lacks the body its kind requires fails with [ErrMalformed] or
@@ -49,7 +51,7 @@
 // older peer would misread bumps Version. Unknown fields in an object are
 // ignored (encoding/json's rule), so a field whose absence means what it
 // meant before may be added within a version. Version 2 added the plan's
-// ClockCorrection and done's Clock.
+// ClockCorrection and done's Clock; received's Malformed came within it.
 package control
 
 import (
@@ -312,11 +314,14 @@ type Findings struct {
 // histogram exported for another process to merge. `loadgen serve` answers
 // `loadgen send` with it too.
 type Received struct {
-	Delivered  int64                  `json:"delivered"`
-	Duplicates int64                  `json:"duplicates"`
-	Gaps       int64                  `json:"gaps"`
-	Bytes      int64                  `json:"bytes"`
-	Latency    *hdrhistogram.Snapshot `json:"latency"`
+	Delivered  int64 `json:"delivered"`
+	Duplicates int64 `json:"duplicates"`
+	Gaps       int64 `json:"gaps"`
+	// Malformed counts payloads too short for the send time and sequence
+	// number, counted neither as delivered nor as gaps.
+	Malformed int64                  `json:"malformed,omitempty"`
+	Bytes     int64                  `json:"bytes"`
+	Latency   *hdrhistogram.Snapshot `json:"latency"`
 }
 
 // WorkerPlan asks an agent to run, or to kill, one engine worker.

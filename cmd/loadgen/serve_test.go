@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
+	"github.com/sluicehq/sluice/taskid"
+	"github.com/sluicehq/sluice/transport"
+)
+
+// startServer runs serve's node on a loopback port until the test ends.
+func startServer(t *testing.T) (*server, *syncBuffer) {
+	t.Helper()
+	log := &syncBuffer{}
+	s, err := newServer("127.0.0.1:0", nil, 0, true, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.node.Abort)
+	return s, log
+}
+
+// peerAddrs lists the peers n keeps, which it dials and redials.
+func peerAddrs(n *transport.Node) []string {
+	var addrs []string
+	for _, p := range n.Stats().Peers {
+		addrs = append(addrs, p.Addr)
+	}
+	return addrs
+}
+
+// send's report request is answered, and the serving node keeps no peer
+// for the address the answer went to.
+func TestServeAnswersSendAndKeepsNoPeer(t *testing.T) {
+	s, _ := startServer(t)
+	err := run(context.Background(), []string{"send", "--to", s.node.Addr(), "--messages", "2000", "--channels", "2",
+		"--clock-correction=false", "--out", t.TempDir()}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	if peers := peerAddrs(s.node); len(peers) != 0 {
+		t.Errorf("after answering, serve's node keeps peers %v, which it redials for as long as it runs", peers)
+	}
+}
+
+// A report request naming an address where nobody answers costs serve one
+// failed answer, and its node no peer redialling that address.
+func TestServeForgetsABogusReplyAddress(t *testing.T) {
+	s, log := startServer(t)
+	s.replyTimeout = 100 * time.Millisecond
+	bogus := closedAddr(t)
+	tx, err := transport.NewNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Abort()
+	p, err := tx.Peer(s.node.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctl, err := p.OpenSender(ctx, controlSource, controlTarget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := json.Marshal(reportRequest{Epoch: 7, ReplyTo: bogus})
+	if err := ctl.Send(ctx, 0, req); err != nil {
+		t.Fatal(err)
+	}
+	log.waitFor(t, "answering "+bogus+":")
+	if peers := peerAddrs(s.node); len(peers) != 0 {
+		t.Errorf("serve's node keeps peers %v after answering %s failed, and redials them for as long as it runs", peers, bogus)
+	}
+}
+
+// serve counts a payload too short for the header as malformed, apart from
+// what it delivered and the gaps, and its answer to send says so.
+func TestServeCountsShortPayloadsAsMalformed(t *testing.T) {
+	s, _ := startServer(t)
+	stamped := func(seq uint64) transport.Message {
+		p := make([]byte, headerLen)
+		bench.Stamp(p, bench.Now(), seq)
+		return transport.Message{Payload: p}
+	}
+	ch := taskid.Channel{Source: taskid.ID{Index: 3}, Target: taskid.ID{Processor: 1, Index: 3}, Epoch: 9}
+	s.handler(ch.Target)(ch, 0, []transport.Message{stamped(0), {Payload: []byte("short")}, stamped(1)})
+	f := s.session(9).received()
+	if f.Delivered != 2 || f.Gaps != 0 || f.Malformed != 1 {
+		t.Fatalf("delivered %d, gaps %d, malformed %d; want 2, 0 and 1", f.Delivered, f.Gaps, f.Malformed)
+	}
+}
+
+// send's report says how many malformed payloads serve counted.
+func TestSendReportsServesMalformedPayloads(t *testing.T) {
+	rec := bench.NewRecorder()
+	rec.RecordN(20_000, 100)
+	to := fakeServe(t, control.Received{Delivered: 100, Malformed: 3, Latency: rec.Snapshot().Export()})
+	var out strings.Builder
+	err := run(context.Background(), []string{"send", "--to", to, "--messages", "100", "--clock-correction=false", "--json", "--out", t.TempDir()}, &out, io.Discard)
+	if err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	var r bench.Report
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatal(err)
+	}
+	if notes := strings.Join(r.Notes, "\n"); !strings.Contains(notes, "serve says 3 messages arrived with payloads shorter than the 16-byte header") {
+		t.Errorf("the report's notes do not count the 3 malformed payloads:\n%s", notes)
+	}
+}
