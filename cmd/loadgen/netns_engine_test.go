@@ -25,7 +25,7 @@ func TestEngineWorkersOnAgentsInThreeHosts(t *testing.T) {
 	h := newNetnsHosts(t, 3)
 	bin := buildLoadgen(t)
 	dir := t.TempDir()
-	input, want := wordCountInput(t, dir, 6_000_000, 9)
+	input, want := wordCountInput(t, dir, 12_000_000, 9)
 
 	var agents []*proc
 	var addrs []string
@@ -36,10 +36,13 @@ func TestEngineWorkersOnAgentsInThreeHosts(t *testing.T) {
 		addrs = append(addrs, h.addr[i]+":7500")
 	}
 	out := filepath.Join(dir, "counts.tsv")
-	// With seed 4 the first kill is of node 2 and the second of node 1:
-	// both in other hosts than the coordinator's.
+	// Kills pick a node at random when they come, and a kill that finds no
+	// generation running draws again: which nodes die depends on timing.
+	// Kills every 300 ms or so through a run of several seconds make one
+	// in another host than the coordinator's all but certain (two in three
+	// each).
 	co := h.start(t, h.ns[0], bin, "coordinate", "--scenario", "wordcount", "--agents", strings.Join(addrs, ","),
-		"--input", input, "--output", out, "--faults", "kill=700ms", "--seed", "4", "--checkpoint-every", "100ms",
+		"--input", input, "--output", out, "--faults", "kill=300ms", "--seed", "4", "--checkpoint-every", "100ms",
 		"--json", "--out", filepath.Join(dir, "report"))
 	if code := co.wait(t, 3*time.Minute); code != 0 {
 		t.Fatalf("coordinate exited with %d:\n%s", code, co.stderr)
@@ -57,19 +60,23 @@ func TestEngineWorkersOnAgentsInThreeHosts(t *testing.T) {
 		t.Errorf("no worker was killed (faults %v)", r["faults"])
 	}
 	// The agents say whom they killed and started: a worker on another
-	// host died of SIGKILL and was started again.
+	// host died of SIGKILL and was started again. (The last kill may come
+	// as the job ends, with no restart after it.)
 	killed := regexp.MustCompile(`SIGKILLed worker (job-[0-9a-f]+/\d+)`)
-	remote := 0
-	for i, a := range agents[1:] {
-		for _, m := range killed.FindAllStringSubmatch(a.stderr.String(), -1) {
+	remote, restarted := 0, 0
+	for _, a := range agents[1:] {
+		log := a.stderr.String()
+		for _, m := range killed.FindAllStringSubmatch(log, -1) {
 			remote++
-			if !strings.Contains(a.stderr.String(), "worker "+m[1]+" (pid") || strings.Count(a.stderr.String(), "started worker "+m[1]) < 2 {
-				t.Errorf("agent %d killed worker %s but did not start it again:\n%s", i+1, m[1], a.stderr)
+			if strings.Count(log, "started worker "+m[1]) >= 2 {
+				restarted++
 			}
 		}
 	}
-	if remote == 0 {
-		t.Errorf("no worker on another host than the coordinator's was killed; the agents said:\n%s\n%s", agents[1].stderr, agents[2].stderr)
+	if restarted == 0 {
+		t.Errorf("no worker on another host than the coordinator's was killed and started again (%d killed); the agents said:\n%s\n%s",
+			remote, agents[1].stderr, agents[2].stderr)
 	}
-	t.Logf("kills %v (%d on other hosts), recoveries %v, checkpoints %v, %.1f s", faults["kill"], remote, r["recoveries"], r["checkpoints"], r["duration_s"])
+	t.Logf("kills %v (%d on other hosts, %d of them started again), recoveries %v, checkpoints %v, %.1f s",
+		faults["kill"], remote, restarted, r["recoveries"], r["checkpoints"], r["duration_s"])
 }
