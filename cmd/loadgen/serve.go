@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/big"
 	"net"
 	"os"
@@ -52,7 +53,19 @@ type session struct {
 	delivered, dups, gaps, malformed, nbytes atomic.Int64
 	mu                                       sync.Mutex
 	chans                                    map[taskid.ID]*bench.Delivery // by source task
+	last                                     atomic.Int64                  // bench.Now() of its latest data
 }
+
+// maxSessions bounds the runs serve keeps findings for at once, each with
+// a latency recorder of about a megabyte. A run's session ends when its
+// report is answered; one whose send never asks (it was killed) is
+// forgotten, the least recently active first, once a new run would make
+// more than this.
+const maxSessions = 64
+
+// maxReplies bounds the answers to report requests on their way at once,
+// each from a node of its own; a request beyond it is refused.
+const maxReplies = 8
 
 type server struct {
 	node      *transport.Node
@@ -66,19 +79,53 @@ type server struct {
 	// replyTimeout bounds each answer; 0 means replyTimeout.
 	replyTimeout time.Duration
 
+	replying atomic.Int32 // answers on their way
+
 	mu       sync.Mutex
 	sessions map[uint64]*session
+	runs     int // sessions ever started
 }
 
+// session returns run epoch's session, starting it if it is new.
 func (s *server) session(epoch uint64) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ss, ok := s.sessions[epoch]
 	if !ok {
+		if len(s.sessions) >= maxSessions {
+			s.forgetStalestLocked()
+		}
 		ss = &session{rec: bench.NewRecorder(), chans: map[taskid.ID]*bench.Delivery{}}
+		ss.last.Store(bench.Now())
 		s.sessions[epoch] = ss
+		s.runs++
 	}
 	return ss
+}
+
+// endSession returns run epoch's session (an empty one if the run sent
+// nothing) and forgets it: its send asks for the findings once serve has
+// consumed everything it sent.
+func (s *server) endSession(epoch uint64) *session {
+	ss := s.session(epoch)
+	s.mu.Lock()
+	delete(s.sessions, epoch)
+	s.mu.Unlock()
+	return ss
+}
+
+// forgetStalestLocked drops the session whose data came longest ago.
+func (s *server) forgetStalestLocked() {
+	var stalest uint64
+	oldest := int64(math.MaxInt64)
+	for e, ss := range s.sessions {
+		if t := ss.last.Load(); t < oldest {
+			stalest, oldest = e, t
+		}
+	}
+	delete(s.sessions, stalest)
+	fmt.Fprintf(s.stderr, "loadgen serve: forgetting run %x, which sent nothing for %v and never asked for its findings: more than %d runs at once\n",
+		stalest, time.Duration(bench.Now()-oldest).Round(time.Millisecond), maxSessions)
 }
 
 func (s *server) handler(target taskid.ID) transport.Handler {
@@ -89,6 +136,7 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 		s.lim.Wait(len(msgs))
 		ss := s.session(ch.Epoch)
 		now := bench.Now()
+		ss.last.Store(now)
 		ss.mu.Lock()
 		d := ss.chans[ch.Source]
 		if d == nil {
@@ -135,11 +183,19 @@ func (s *server) onControl(_ taskid.Channel, _ uint64, msgs []transport.Message)
 			fmt.Fprintf(s.stderr, "loadgen serve: a malformed report request: %v\n", err)
 			continue
 		}
-		ss := s.session(req.Epoch)
+		if s.replying.Add(1) > maxReplies {
+			s.replying.Add(-1)
+			fmt.Fprintf(s.stderr, "loadgen serve: refusing the report request of run %x: %d answers are on their way already\n", req.Epoch, maxReplies)
+			continue
+		}
+		ss := s.endSession(req.Epoch)
 		f := ss.received()
 		fmt.Fprintf(s.stderr, "loadgen serve: run %x done: %d delivered, %d duplicates, %d missing, %d malformed; p99 %.1f µs\n",
 			req.Epoch, f.Delivered, f.Duplicates, f.Gaps, f.Malformed, ss.rec.Latency().P99)
-		go s.reply(req, f)
+		go func() {
+			defer s.replying.Add(-1)
+			s.reply(req, f)
+		}()
 	}
 }
 
@@ -242,7 +298,10 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	<-ctx.Done()
 	prog.Stop()
 	node.Abort()
-	fmt.Fprintf(stdout, "loadgen serve: %d messages delivered in %d run(s)\n", s.delivered.Load(), len(s.sessions))
+	s.mu.Lock()
+	runs := s.runs
+	s.mu.Unlock()
+	fmt.Fprintf(stdout, "loadgen serve: %d messages delivered in %d run(s)\n", s.delivered.Load(), runs)
 	return nil
 }
 

@@ -116,3 +116,77 @@ func TestSendReportsServesMalformedPayloads(t *testing.T) {
 		t.Errorf("the report's notes do not count the 3 malformed payloads:\n%s", notes)
 	}
 }
+
+// A run's session, with its latency recorder, ends with the answer to its
+// report request: a serve that outlives many runs does not keep them all.
+func TestServeForgetsARunOnceItIsAnswered(t *testing.T) {
+	s, _ := startServer(t)
+	out := t.TempDir()
+	for range 3 {
+		err := run(context.Background(), []string{"send", "--to", s.node.Addr(), "--messages", "1000",
+			"--clock-correction=false", "--out", out}, io.Discard, io.Discard)
+		if err != nil {
+			t.Fatalf("send: %v", err)
+		}
+	}
+	s.mu.Lock()
+	live, runs := len(s.sessions), s.runs
+	s.mu.Unlock()
+	if live != 0 || runs != 3 {
+		t.Errorf("%d sessions kept after 3 answered runs (%d started), want none", live, runs)
+	}
+}
+
+// Runs that never ask for their findings are forgotten, the least recently
+// active first, once more than maxSessions are live; the others keep theirs.
+func TestServeKeepsAtMostMaxSessions(t *testing.T) {
+	s, log := startServer(t)
+	ch := func(epoch uint64) taskid.Channel {
+		return taskid.Channel{Source: taskid.ID{Index: 0}, Target: taskid.ID{Processor: 1, Index: 0}, Epoch: epoch}
+	}
+	msg := func(seq uint64) []transport.Message {
+		p := make([]byte, headerLen)
+		bench.Stamp(p, bench.Now(), seq)
+		return []transport.Message{{Payload: p}}
+	}
+	for e := range uint64(maxSessions) {
+		s.handler(ch(e).Target)(ch(e), 0, msg(0))
+	}
+	s.handler(ch(0).Target)(ch(0), 1, msg(1))
+	s.mu.Lock()
+	for e, ss := range s.sessions { // run 1 the stalest, run 0 the most recent
+		ss.last.Store(int64(e))
+	}
+	s.sessions[0].last.Store(maxSessions)
+	s.mu.Unlock()
+	s.handler(ch(maxSessions).Target)(ch(maxSessions), 0, msg(0))
+	s.mu.Lock()
+	_, kept0 := s.sessions[0]
+	_, kept1 := s.sessions[1]
+	live := len(s.sessions)
+	s.mu.Unlock()
+	if live != maxSessions || !kept0 || kept1 {
+		t.Fatalf("%d sessions, run 0 kept %v, run 1 kept %v: want %d, the stalest (1) forgotten", live, kept0, kept1, maxSessions)
+	}
+	if !strings.Contains(log.String(), "forgetting run 1,") {
+		t.Errorf("serve did not say which run it forgot:\n%s", log)
+	}
+	if f := s.session(0).received(); f.Delivered != 2 {
+		t.Errorf("run 0 delivered %d, want its 2", f.Delivered)
+	}
+}
+
+// At most maxReplies answers are on their way at once; a report request
+// beyond them is refused with a line that says so.
+func TestServeBoundsTheAnswersOnTheirWay(t *testing.T) {
+	s, log := startServer(t)
+	s.replying.Store(maxReplies) // as many answers on their way as allowed
+	req, _ := json.Marshal(reportRequest{Epoch: 5, ReplyTo: closedAddr(t)})
+	s.onControl(taskid.Channel{}, 0, []transport.Message{{Payload: req}})
+	if !strings.Contains(log.String(), "refusing the report request of run 5") {
+		t.Fatalf("a request over the limit was not refused:\n%s", log)
+	}
+	if n := s.replying.Load(); n != maxReplies {
+		t.Errorf("%d answers on their way, want %d", n, maxReplies)
+	}
+}
