@@ -292,7 +292,7 @@ type agentRun struct {
 func planConfig(p *control.Plan) transportConfig {
 	return transportConfig{
 		size: p.Size, duration: p.Duration, rate: p.Rate, channels: p.Channels,
-		connections: p.Connections, consumeRate: p.ConsumeRate,
+		connections: p.Connections, consumeRate: p.ConsumeRate, producers: p.Producers, delivery: p.Delivery,
 	}
 }
 
@@ -352,7 +352,11 @@ func (r *agentRun) run(ctx context.Context, ctlLocal net.Addr) error {
 	}
 	r.srv.node = r.node
 	defer metricsHub.addNode(r.node, "agent")()
-	r.node.HandleAll(r.srv.handler)
+	if cfg := planConfig(&r.plan); cfg.inline() {
+		r.node.HandleAllInline(r.srv.handler)
+	} else {
+		r.node.HandleAll(r.srv.handler)
+	}
 	r.startHeartbeat()
 	if err := r.cc.Send(control.Msg{Kind: control.KindReady, Ready: &control.Ready{
 		DataAddr: r.node.Addr(), Epoch: r.node.Epoch(), Machine: bench.DetectMachine(),

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -128,6 +129,10 @@ func TestPlanValidation(t *testing.T) {
 		{"billions of channels are refused", func(p *control.Plan) { p.Channels = 1 << 40 }, "--channels must be 1 to 65535"},
 		{"as many connections as a receiver accepts from a host is accepted", func(p *control.Plan) { p.Connections = maxConnections }, ""},
 		{"more connections than a receiver accepts from a host are refused", func(p *control.Plan) { p.Connections = 1 << 30 }, "--connections must be 1 to 64"},
+		{"producers and a delivery are accepted", func(p *control.Plan) { p.Producers, p.Delivery = 3, "goroutine" }, ""},
+		{"negative producers are refused", func(p *control.Plan) { p.Producers = -1 }, "--producers must not be negative"},
+		{"an unknown delivery is refused", func(p *control.Plan) { p.Delivery = "carrier pigeon" }, "--delivery must be auto, inline or goroutine"},
+		{"inline delivery at a consume rate is refused", func(p *control.Plan) { p.Delivery, p.ConsumeRate = "inline", 100 }, "--delivery inline cannot"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -367,5 +372,22 @@ func TestAgentRefusesConnectionsBeyondItsLimit(t *testing.T) {
 	}
 	if m := recvType(t, next); m.Kind != control.KindReady {
 		t.Fatalf("once a connection closed, the next got %q %q, want ready", m.Kind, m.Error)
+	}
+}
+
+// An agent sends and delivers as its plan says: the producers and delivery
+// that coordinate's flags set, its own defaults when they are not.
+func TestPlanConfigTakesProducersAndDelivery(t *testing.T) {
+	p := goodPlan()
+	if cfg := planConfig(&p); !cfg.inline() || cfg.producerCount() != max(1, runtime.GOMAXPROCS(0)/2) {
+		t.Errorf("an unset plan delivers inline %v with %d producers; want inline and half the cores", cfg.inline(), cfg.producerCount())
+	}
+	p.Producers, p.Delivery = 3, "goroutine"
+	if cfg := planConfig(&p); cfg.inline() || cfg.producerCount() != 3 {
+		t.Errorf("a plan of 3 producers and goroutine delivery delivers inline %v with %d producers", cfg.inline(), cfg.producerCount())
+	}
+	p.Delivery, p.ConsumeRate = "", 1000
+	if cfg := planConfig(&p); cfg.inline() {
+		t.Error("a plan with a consume rate and no delivery delivers inline")
 	}
 }

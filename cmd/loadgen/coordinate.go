@@ -195,7 +195,7 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 		p := control.Plan{
 			Version: control.Version, Size: cfg.tc.size, Channels: cfg.tc.channels, Connections: cfg.tc.connections,
 			Messages: cfg.messages, Duration: cfg.tc.duration, ConsumeRate: cfg.tc.consumeRate, Heartbeat: hb,
-			ClockCorrection: !cfg.trustClocks,
+			ClockCorrection: !cfg.trustClocks, Producers: cfg.tc.producers, Delivery: cfg.tc.delivery,
 		}
 		if r.sendTo != nil {
 			p.Rate = cfg.tc.rate / float64(len(senders))
@@ -466,6 +466,9 @@ func (c *coordinator) report(startAt time.Time, prog *bench.Progress) (*bench.Re
 	cfg := c.cfg.tc.asMap()
 	delete(cfg, "faults")
 	delete(cfg, "seed")
+	if c.cfg.tc.producers == 0 { // each sending agent's own default
+		cfg["producers"] = "half of each sending agent's cores"
+	}
 	cfg["topology"] = c.cfg.topology
 	if c.cfg.messages > 0 {
 		cfg["messages_per_sender"] = c.cfg.messages

@@ -59,6 +59,11 @@ func TestCoordinateFanInMergesEverySendersFindings(t *testing.T) {
 	if !strings.Contains(strings.Join(report.Notes, "\n"), "corrected for the clocks") {
 		t.Errorf("the notes do not state the clock correction:\n%s", strings.Join(report.Notes, "\n"))
 	}
+	// The agents deliver and produce as the plan says, auto and their own
+	// cores here, and the report says so, not the coordinator's cores.
+	if d, p := report.Config["delivery"], report.Config["producers"]; d != "inline" || p != "half of each sending agent's cores" {
+		t.Errorf("config says delivery %v, producers %v; want inline (auto without a consume rate) and each agent's default", d, p)
+	}
 	agents, _ := report.Config["agents"].([]map[string]any)
 	if len(agents) != 3 {
 		t.Fatalf("config lists %d agents, want 3: %v", len(agents), report.Config["agents"])

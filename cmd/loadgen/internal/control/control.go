@@ -254,6 +254,12 @@ type Plan struct {
 	// ClockCorrection makes a sender stamp its send times in its
 	// receiver's clock.
 	ClockCorrection bool `json:"clock_correction"`
+	// Producers is how many goroutines of a sending agent send at full
+	// speed; 0: half its cores (at least one).
+	Producers int `json:"producers,omitempty"`
+	// Delivery is how a receiving agent hands runs to its tasks: "inline",
+	// "goroutine", or "" / "auto" (inline unless ConsumeRate is set).
+	Delivery string `json:"delivery,omitempty"`
 }
 
 // Validate checks what the protocol itself defines: the version, the
