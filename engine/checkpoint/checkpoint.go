@@ -135,7 +135,7 @@ func OpenConfig(dir string, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := durable.MkdirAll(dir, !cfg.NoSync); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	ents, err := os.ReadDir(dir)

@@ -5,9 +5,11 @@
 package durable
 
 import (
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // SyncDir fsyncs directory dir, so that the names created, renamed or
@@ -23,6 +25,49 @@ func SyncDir(dir string) error {
 	}
 	return err
 }
+
+// MkdirAll creates dir and any missing parents, like os.MkdirAll, and with
+// sync fsyncs the parent of each directory it creates, so that a crash of
+// the machine cannot leave files synced inside a directory whose own name
+// was lost. A directory that exists already is left as it is.
+func MkdirAll(dir string, sync bool) error {
+	dir = filepath.Clean(dir)
+	var missing []string
+	for d := dir; ; {
+		fi, err := os.Stat(d)
+		if err == nil {
+			if !fi.IsDir() {
+				return &os.PathError{Op: "mkdir", Path: d, Err: syscall.ENOTDIR}
+			}
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		missing = append(missing, d)
+		parent := filepath.Dir(d)
+		if parent == d {
+			break
+		}
+		d = parent
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		d := missing[i]
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		if sync {
+			if err := syncParent(filepath.Dir(d)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// syncParent is MkdirAll's SyncDir; tests see through it which
+// directories were synced.
+var syncParent = SyncDir
 
 // WriteFile replaces path with what write writes, atomically: write goes
 // to path+".tmp", which is fsynced, renamed over path, and the directory

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -50,5 +51,45 @@ func TestWriteFileAndSyncDirFailInAMissingDirectory(t *testing.T) {
 	}
 	if err := SyncDir(missing); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("SyncDir of a missing directory: %v, want ErrNotExist", err)
+	}
+}
+
+// MkdirAll makes every missing directory and fsyncs the parent of each it
+// made, and only those; a directory that exists is left alone, and a file
+// in the way is an error.
+func TestMkdirAllSyncsTheParentOfEachDirectoryItMakes(t *testing.T) {
+	root := t.TempDir()
+	var synced []string
+	syncParent = func(dir string) error { synced = append(synced, dir); return SyncDir(dir) }
+	defer func() { syncParent = SyncDir }()
+
+	dir := filepath.Join(root, "a", "b", "c")
+	if err := MkdirAll(dir, true); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Fatalf("%s was not made: %v", dir, err)
+	}
+	want := []string{root, filepath.Join(root, "a"), filepath.Join(root, "a", "b")}
+	if !slices.Equal(synced, want) {
+		t.Fatalf("synced %q, want the parents of the three directories made, %q", synced, want)
+	}
+	synced = nil
+	if err := MkdirAll(filepath.Join(root, "a", "b", "d"), true); err != nil || !slices.Equal(synced, []string{filepath.Join(root, "a", "b")}) {
+		t.Fatalf("one directory more: err %v, synced %q", err, synced)
+	}
+	synced = nil
+	if err := MkdirAll(dir, true); err != nil || len(synced) != 0 {
+		t.Fatalf("an existing directory: err %v, synced %q", err, synced)
+	}
+	if err := MkdirAll(filepath.Join(root, "e"), false); err != nil || len(synced) != 0 {
+		t.Fatalf("without sync: err %v, synced %q", err, synced)
+	}
+	file := filepath.Join(root, "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := MkdirAll(filepath.Join(file, "g"), true); err == nil {
+		t.Fatal("MkdirAll made a directory under a file")
 	}
 }
