@@ -266,7 +266,9 @@ func (l *Log) Recovered() int64 { return l.recovered }
 // recs or their payloads. An empty recs is a no-op.
 //
 // If the write fails, Append undoes any partial write and returns the
-// error; if even that fails, the log refuses further appends.
+// error; if even that fails, the log refuses further appends. When the
+// batch starts a new segment and sealing the full one (its fsync) fails,
+// the log refuses every later Append and Sync with that error.
 func (l *Log) Append(recs []Record) error {
 	if len(recs) == 0 {
 		return nil
@@ -328,16 +330,20 @@ func (l *Log) syncAhead(f *os.File, done chan struct{}) {
 }
 
 // rollLocked seals the active segment (fsyncing it, so that only the last
-// segment can ever hold a torn tail) and starts the next one.
+// segment can ever hold a torn tail) and starts the next one. Any failure
+// is sticky: after a failed fsync a retry would succeed (the error is
+// reported once) and seal a segment whose data may be lost.
 func (l *Log) rollLocked() error {
 	act := l.mu.segs[len(l.mu.segs)-1]
 	if !l.opts.NoSync {
 		if err := l.fsync(l.mu.f); err != nil {
-			return fmt.Errorf("store: %w", err)
+			l.mu.err = fmt.Errorf("store: fsync sealing %s: %w", act.path, err)
+			return l.mu.err
 		}
 	}
 	if err := l.mu.f.Close(); err != nil {
-		return fmt.Errorf("store: %w", err)
+		l.mu.err = fmt.Errorf("store: closing %s to seal it: %w", act.path, err)
+		return l.mu.err
 	}
 	l.mu.f = nil
 	l.mu.unsynced = 0

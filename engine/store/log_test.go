@@ -746,3 +746,42 @@ func TestAWritebackErrorTakenByABackgroundFsyncFailsSyncAndEveryLaterCall(t *tes
 		t.Fatalf("Close returned %v, want EIO", err)
 	}
 }
+
+// TestAFailedFsyncWhenSealingASegmentFailsThatAppendAndEveryLaterCall: the
+// fsync that seals a full segment fails. The Append that rolled fails; the
+// next one must not roll again over a segment whose data may be lost (its
+// fsync would succeed, the error having been reported), nor may a Sync or
+// Close succeed.
+func TestAFailedFsyncWhenSealingASegmentFailsThatAppendAndEveryLaterCall(t *testing.T) {
+	l, err := Open(t.TempDir(), Options{SegmentBytes: 256, SyncAhead: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := []Record{{Ts: 1, Payload: make([]byte, 200)}}
+	if err := l.Append(rec); err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	fail.Store(true)
+	l.fsync = func(f *os.File) error {
+		if fail.Swap(false) {
+			return syscall.EIO
+		}
+		return f.Sync()
+	}
+	if err := l.Append(rec); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the Append whose roll failed to fsync returned %v, want EIO", err)
+	}
+	if err := l.Append(rec); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the next Append returned %v, want EIO", err)
+	}
+	if st := l.Stats(); st.Segments != 1 || st.Batches != 1 {
+		t.Fatalf("after the failed roll the log has %d segments and %d batches; want the first segment unsealed with its one batch", st.Segments, st.Batches)
+	}
+	if err := l.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Sync returned %v, want EIO", err)
+	}
+	if err := l.Close(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Close returned %v, want EIO", err)
+	}
+}
