@@ -288,6 +288,19 @@ func (w *Worker) Start(cmd StartCmd) error {
 		proc := w.job.Procs[id.Processor]
 		edges := w.job.outEdges(int(id.Processor))
 		sends := make([][]*transport.Sender, len(edges))
+		// Until the task's outputs are in inc.outs, which stop closes, its
+		// senders are closed here if it cannot start: an open one stays in
+		// its peer, opened again on every reconnect, for the node's life.
+		failTask := func(err error) error {
+			for _, ss := range sends {
+				for _, s := range ss {
+					if s != nil {
+						_ = s.Close()
+					}
+				}
+			}
+			return fail(err)
+		}
 		for e, ed := range edges {
 			sends[e] = make([]*transport.Sender, 0, ed.n)
 			for t := range ed.n {
@@ -298,11 +311,11 @@ func (w *Worker) Start(cmd StartCmd) error {
 				tid := taskid.ID{Processor: uint32(ed.proc), Index: uint32(t)}
 				peer, err := w.node.Peer(cmd.Addrs[where[tid]])
 				if err != nil {
-					return fail(err)
+					return failTask(err)
 				}
 				s, err := peer.OpenSenderEpoch(ctx, id, tid, cmd.Gen)
 				if err != nil {
-					return fail(err)
+					return failTask(err)
 				}
 				sends[e] = append(sends[e], s)
 			}
@@ -310,7 +323,7 @@ func (w *Worker) Start(cmd StartCmd) error {
 		if proc.NewSource != nil {
 			src, err := proc.NewSource(int(id.Index))
 			if err != nil {
-				return fail(fmt.Errorf("engine: source %v: %w", id, err))
+				return failTask(fmt.Errorf("engine: source %v: %w", id, err))
 			}
 			sr := &sourceRun{inc: inc, id: id, src: src, restore: restoreTs}
 			sr.pendingDelete.Store(math.MinInt64)
@@ -330,7 +343,7 @@ func (w *Worker) Start(cmd StartCmd) error {
 		}
 		t, err := w.newTaskRun(inc, id, proc, cmd, restoreTs)
 		if err != nil {
-			return fail(err)
+			return failTask(err)
 		}
 		t.out = newOutputs(edges, sends, &inc.agg, clock.Idle)
 		t.sink = len(edges) == 0

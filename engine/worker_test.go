@@ -72,3 +72,61 @@ func TestASourceLogThatFailsToCloseKeepsTheWorkerFromStartingAgain(t *testing.T)
 		t.Fatalf("a later Start returned %v; want the worker to keep refusing with EIO", err)
 	}
 }
+
+// TestAStartThatFailsLeavesNoChannelOpen: senders are opened for a task's
+// outputs before its constructor runs and before the senders of its later
+// targets are opened. When either fails, Start fails, and the senders
+// already opened must be closed: left open they stay in the node's peer
+// for the life of the process and are opened again on every reconnect.
+func TestAStartThatFailsLeavesNoChannelOpen(t *testing.T) {
+	src := Proc{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return quietSource{}, nil }}
+	sink := Proc{Name: "sink", Parallelism: 2, NewTask: func(int) (Task, error) { return dropTask{}, nil }}
+	tests := []struct {
+		name      string
+		job       *Job
+		addrs     func(self string) []string
+		placement []int
+		want      string
+	}{{
+		name: "a task whose constructor fails after its sender to the sink was opened",
+		job: &Job{
+			Procs: []Proc{src,
+				{Name: "mid", Parallelism: 1, NewTask: func(int) (Task, error) { return nil, errors.New("mid: no state") }},
+				sink},
+			Edges: []Edge{{From: "src", To: "mid", Partitioner: RoundRobin}, {From: "mid", To: "sink", Partitioner: RoundRobin}},
+		},
+		addrs:     func(self string) []string { return []string{self} },
+		placement: []int{0, 0, 0, 0},
+		want:      "mid: no state",
+	}, {
+		name: "a source whose second target's node has an address without a port",
+		job: &Job{
+			Procs: []Proc{src, sink},
+			Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
+		},
+		addrs:     func(self string) []string { return []string{self, "nowhere"} },
+		placement: []int{0, 0, 1},
+		want:      "nowhere",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := NewWorker(tt.job, WorkerConfig{Dir: t.TempDir(), NoSync: true, NoChain: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			err = w.Start(StartCmd{Gen: 1, Node: 0, Addrs: tt.addrs(w.Addr()), Placement: tt.placement})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Start returned %v, want an error saying %q", err, tt.want)
+			}
+			for _, p := range w.node.Stats().Peers {
+				if p.Channels != 0 {
+					t.Errorf("after the failed Start the node has %d channels open to %s, want none", p.Channels, p.Addr)
+				}
+			}
+			if cs := w.node.ChannelStats(); len(cs) != 0 {
+				t.Errorf("after the failed Start the node has channels open: %+v", cs)
+			}
+		})
+	}
+}
