@@ -70,8 +70,18 @@ type Worker struct {
 
 	inc atomic.Pointer[incarnation]
 
+	// closeLog is (*store.Log).Close; tests substitute it to make closing
+	// (and so syncing) a source log fail.
+	closeLog func(*store.Log) error
+
 	mu         sync.Mutex // serializes control calls
 	registered map[taskid.ID]bool
+	// lostLog is the first failure to close (and so to fsync) a source
+	// log. Its records may not be on disk while the page cache still
+	// serves them, and the fsync that took the error will not report it
+	// again: a later generation would replay them and commit checkpoints
+	// over them. The worker starts no generation after it.
+	lostLog error
 }
 
 // Event is a failure reported to the coordinator: a task's, by its worker
@@ -128,7 +138,7 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{job: job, cfg: cfg, node: node, ckpts: cs, lock: lock, log: lg, events: make(chan Event, 64),
-		registered: map[taskid.ID]bool{}, killAt: kp}
+		registered: map[taskid.ID]bool{}, killAt: kp, closeLog: (*store.Log).Close}
 	return w, nil
 }
 
@@ -153,7 +163,7 @@ func (w *Worker) Close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if inc := w.inc.Swap(nil); inc != nil {
-		inc.stop()
+		w.stopLocked(inc)
 	}
 	w.node.Abort()
 	if w.lock != nil {
@@ -228,7 +238,9 @@ func (cmd *StartCmd) check(ids []taskid.ID) error {
 // sources replaying their logs from the checkpoint's timestamp. A command
 // that does not fit the job (a placement of another length, a node that
 // its Addrs do not name) is refused with an error before anything is
-// stopped: the running generation goes on.
+// stopped: the running generation goes on. Once a source log of this
+// worker has failed to close (its fsync failed), every Start fails with
+// that error: the log can no longer back exactly-once.
 func (w *Worker) Start(cmd StartCmd) error {
 	ids := w.job.tasks()
 	if err := cmd.check(ids); err != nil {
@@ -237,7 +249,10 @@ func (w *Worker) Start(cmd StartCmd) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if old := w.inc.Swap(nil); old != nil {
-		old.stop()
+		w.stopLocked(old)
+	}
+	if w.lostLog != nil {
+		return fmt.Errorf("engine: worker refuses to start generation %d: %w", cmd.Gen, w.lostLog)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	inc := &incarnation{w: w, gen: cmd.Gen, ctx: ctx, cancel: cancel, tasks: map[taskid.ID]*taskRun{},
@@ -264,8 +279,7 @@ func (w *Worker) Start(cmd StartCmd) error {
 	}
 	fail := func(err error) error {
 		w.inc.CompareAndSwap(inc, nil)
-		inc.stop()
-		return err
+		return errors.Join(err, w.stopLocked(inc))
 	}
 	for _, id := range ids {
 		if where[id] != cmd.Node {
@@ -274,6 +288,19 @@ func (w *Worker) Start(cmd StartCmd) error {
 		proc := w.job.Procs[id.Processor]
 		edges := w.job.outEdges(int(id.Processor))
 		sends := make([][]*transport.Sender, len(edges))
+		// Until the task's outputs are in inc.outs, which stop closes, its
+		// senders are closed here if it cannot start: an open one stays in
+		// its peer, opened again on every reconnect, for the node's life.
+		failTask := func(err error) error {
+			for _, ss := range sends {
+				for _, s := range ss {
+					if s != nil {
+						_ = s.Close()
+					}
+				}
+			}
+			return fail(err)
+		}
 		for e, ed := range edges {
 			sends[e] = make([]*transport.Sender, 0, ed.n)
 			for t := range ed.n {
@@ -284,11 +311,11 @@ func (w *Worker) Start(cmd StartCmd) error {
 				tid := taskid.ID{Processor: uint32(ed.proc), Index: uint32(t)}
 				peer, err := w.node.Peer(cmd.Addrs[where[tid]])
 				if err != nil {
-					return fail(err)
+					return failTask(err)
 				}
 				s, err := peer.OpenSenderEpoch(ctx, id, tid, cmd.Gen)
 				if err != nil {
-					return fail(err)
+					return failTask(err)
 				}
 				sends[e] = append(sends[e], s)
 			}
@@ -296,7 +323,7 @@ func (w *Worker) Start(cmd StartCmd) error {
 		if proc.NewSource != nil {
 			src, err := proc.NewSource(int(id.Index))
 			if err != nil {
-				return fail(fmt.Errorf("engine: source %v: %w", id, err))
+				return failTask(fmt.Errorf("engine: source %v: %w", id, err))
 			}
 			sr := &sourceRun{inc: inc, id: id, src: src, restore: restoreTs}
 			sr.pendingDelete.Store(math.MinInt64)
@@ -316,7 +343,7 @@ func (w *Worker) Start(cmd StartCmd) error {
 		}
 		t, err := w.newTaskRun(inc, id, proc, cmd, restoreTs)
 		if err != nil {
-			return fail(err)
+			return failTask(err)
 		}
 		t.out = newOutputs(edges, sends, &inc.agg, clock.Idle)
 		t.sink = len(edges) == 0
@@ -447,8 +474,23 @@ func (inc *incarnation) tick() {
 	}
 }
 
-// stop ends the generation: sources stop, handlers return, channels close.
-func (inc *incarnation) stop() {
+// stopLocked stops inc and keeps the first failure to close a source log
+// in w.lostLog. w.mu must be held.
+func (w *Worker) stopLocked(inc *incarnation) error {
+	err := inc.stop()
+	if err != nil {
+		w.log.Error("engine: a source log failed to close; the worker starts no further generation", "gen", inc.gen, "err", err)
+		if w.lostLog == nil {
+			w.lostLog = err
+		}
+	}
+	return err
+}
+
+// stop ends the generation: sources stop, handlers return, channels close,
+// and the source logs are closed, which fsyncs them. It returns the errors
+// of closing the logs.
+func (inc *incarnation) stop() error {
 	inc.cancel()
 	inc.wg.Wait()
 	if inc.ticking.Load() {
@@ -462,12 +504,18 @@ func (inc *incarnation) stop() {
 	for _, o := range inc.outs {
 		o.closeSenders()
 	}
+	var errs []error
 	for _, s := range inc.sources {
 		s.deleting.Wait()
-		if s.log != nil {
-			_ = s.log.Close()
+		if s.log == nil {
+			continue
+		}
+		if err := inc.w.closeLog(s.log); err != nil {
+			errs = append(errs, fmt.Errorf("engine: source %q task %v: closing its log %s failed, so the records it holds may not be on disk and cannot be replayed exactly once: %w",
+				inc.w.job.Procs[s.id.Processor].Name, s.id, s.log.Dir(), err))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // ClockReply is a worker's answer to a clock round.
@@ -627,13 +675,14 @@ func (w *Worker) Finish(gen uint64) (map[string][]byte, error) {
 }
 
 // Stop stops the running generation. It aborts the generation before it
-// waits for the control call in progress, which may be waiting on it.
+// waits for the control call in progress, which may be waiting on it. A
+// source log that fails to close makes every later Start fail (see Start).
 func (w *Worker) Stop() {
 	w.abort()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if inc := w.inc.Swap(nil); inc != nil {
-		inc.stop()
+		w.stopLocked(inc) // kept in w.lostLog: the next Start fails with it
 	}
 }
 

@@ -112,6 +112,9 @@ type Log struct {
 	opts      Options
 	recovered int64
 
+	// fsync is (*os.File).Sync; tests substitute it to inject failures.
+	fsync func(*os.File) error
+
 	// replayMu is held shared by Replay and exclusively by DeleteBefore and
 	// Close, so that no segment a replay may read is deleted or closed.
 	replayMu sync.RWMutex
@@ -124,10 +127,13 @@ type Log struct {
 		segs     []segment // sealed segments then the active one, in order
 		f        *os.File  // the active segment, opened for writing
 		buf      []byte    // reusable encoding buffer
-		err      error     // sticky: a failed write could not be undone, or a background fsync failed
+		err      error     // sticky: a failed write could not be undone, or an fsync failed
 		closed   bool
 		unsynced int64 // bytes appended to f since the last fsync began
 		syncing  bool  // a background fsync runs
+		// aheadDone is closed when the running background fsync has
+		// recorded its outcome.
+		aheadDone chan struct{}
 	}
 }
 
@@ -155,7 +161,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	}
 	slices.Sort(seqs)
 
-	l := &Log{dir: dir, opts: opts}
+	l := &Log{dir: dir, opts: opts, fsync: (*os.File).Sync}
 	r := newReader()
 	for i, seq := range seqs {
 		last := i == len(seqs)-1
@@ -210,7 +216,7 @@ func (l *Log) recoverSegment(r *reader, s *segment, last bool) error {
 			return fmt.Errorf("store: cutting torn tail of %s: %w", s.path, err)
 		}
 		if !l.opts.NoSync {
-			if err := f.Sync(); err != nil {
+			if err := l.fsync(f); err != nil {
 				f.Close()
 				return fmt.Errorf("store: %w", err)
 			}
@@ -260,7 +266,9 @@ func (l *Log) Recovered() int64 { return l.recovered }
 // recs or their payloads. An empty recs is a no-op.
 //
 // If the write fails, Append undoes any partial write and returns the
-// error; if even that fails, the log refuses further appends.
+// error; if even that fails, the log refuses further appends. When the
+// batch starts a new segment and sealing the full one (its fsync) fails,
+// the log refuses every later Append and Sync with that error.
 func (l *Log) Append(recs []Record) error {
 	if len(recs) == 0 {
 		return nil
@@ -297,38 +305,45 @@ func (l *Log) Append(recs []Record) error {
 		l.mu.unsynced += int64(len(buf))
 		if l.mu.unsynced >= l.opts.SyncAhead && !l.mu.syncing {
 			l.mu.syncing, l.mu.unsynced = true, 0
+			l.mu.aheadDone = make(chan struct{})
 			l.ahead.Add(1)
-			go l.syncAhead(l.mu.f)
+			go l.syncAhead(l.mu.f, l.mu.aheadDone)
 		}
 	}
 	return nil
 }
 
-// syncAhead fsyncs f in the background. Its failure makes the log refuse
-// further appends and syncs: Linux reports a writeback error to one fsync
-// only, so a later Sync could otherwise succeed over lost data.
-func (l *Log) syncAhead(f *os.File) {
+// syncAhead fsyncs f in the background and closes done once its outcome
+// is recorded. Its failure makes the log refuse further appends and syncs:
+// Linux reports a writeback error to one fsync only, so a later Sync could
+// otherwise succeed over lost data.
+func (l *Log) syncAhead(f *os.File, done chan struct{}) {
 	defer l.ahead.Done()
-	err := f.Sync()
+	err := l.fsync(f)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.mu.syncing = false
 	if err != nil && !errors.Is(err, os.ErrClosed) && l.mu.err == nil {
 		l.mu.err = fmt.Errorf("store: background fsync: %w", err)
 	}
+	close(done)
 }
 
 // rollLocked seals the active segment (fsyncing it, so that only the last
-// segment can ever hold a torn tail) and starts the next one.
+// segment can ever hold a torn tail) and starts the next one. Any failure
+// is sticky: after a failed fsync a retry would succeed (the error is
+// reported once) and seal a segment whose data may be lost.
 func (l *Log) rollLocked() error {
 	act := l.mu.segs[len(l.mu.segs)-1]
 	if !l.opts.NoSync {
-		if err := l.mu.f.Sync(); err != nil {
-			return fmt.Errorf("store: %w", err)
+		if err := l.fsync(l.mu.f); err != nil {
+			l.mu.err = fmt.Errorf("store: fsync sealing %s: %w", act.path, err)
+			return l.mu.err
 		}
 	}
 	if err := l.mu.f.Close(); err != nil {
-		return fmt.Errorf("store: %w", err)
+		l.mu.err = fmt.Errorf("store: closing %s to seal it: %w", act.path, err)
+		return l.mu.err
 	}
 	l.mu.f = nil
 	l.mu.unsynced = 0
@@ -343,6 +358,11 @@ func (l *Log) rollLocked() error {
 // the active segment; sealed ones were synced when sealed). The engine
 // calls it at each checkpoint. Appends go on while the fsync runs. A no-op
 // with NoSync.
+//
+// Linux reports a writeback error to one fsync of a file only, so Sync
+// also waits for the background fsync in flight, if any, and returns its
+// error: that fsync may have taken the error of data Sync covers. Once an
+// fsync has failed, the log refuses every Append and Sync with its error.
 func (l *Log) Sync() error {
 	l.mu.Lock()
 	if l.mu.closed {
@@ -357,24 +377,29 @@ func (l *Log) Sync() error {
 	f := l.mu.f
 	l.mu.unsynced = 0
 	l.mu.Unlock()
-	err := f.Sync()
-	if errors.Is(err, os.ErrClosed) {
-		// A roll sealed f, or Close closed it; both fsynced it first.
+	err := l.fsync(f)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil && !errors.Is(err, os.ErrClosed) && l.mu.err == nil {
+		l.mu.err = fmt.Errorf("store: fsync: %w", err)
+	}
+	// A background fsync that began before ours returned is either done,
+	// its error recorded, or still running: wait for it. One that begins
+	// later finds the data we covered on disk.
+	if l.mu.syncing {
+		done := l.mu.aheadDone
+		l.mu.Unlock()
+		<-done
 		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.mu.closed {
-			return ErrClosed
-		}
+	}
+	if l.mu.err != nil {
 		return l.mu.err
 	}
-	if err != nil {
-		l.mu.Lock()
-		if l.mu.err == nil {
-			l.mu.err = fmt.Errorf("store: fsync: %w", err)
-		}
-		l.mu.Unlock()
-		return fmt.Errorf("store: %w", err)
+	if err != nil && l.mu.closed {
+		return ErrClosed
 	}
+	// Else err is nil, or os.ErrClosed because a roll sealed f after
+	// fsyncing it (a failure there would be in l.mu.err).
 	return nil
 }
 
@@ -514,7 +539,10 @@ func (l *Log) DeleteBefore(ts int64) (removed int, err error) {
 }
 
 // Close syncs the active segment (unless NoSync) and closes the log. It
-// waits for running Replays. Closing twice returns ErrClosed.
+// waits for running Replays. It returns the error that made the log
+// unusable, if any (a failed fsync, whose data may not be on disk, even
+// when Close's own fsync succeeds), else the error of its own fsync or
+// close. Closing twice returns ErrClosed.
 func (l *Log) Close() error {
 	l.replayMu.Lock()
 	defer l.replayMu.Unlock()
@@ -531,12 +559,15 @@ func (l *Log) Close() error {
 	var err error
 	if l.mu.f != nil {
 		if !l.opts.NoSync {
-			err = l.mu.f.Sync()
+			err = l.fsync(l.mu.f)
 		}
 		if cerr := l.mu.f.Close(); err == nil {
 			err = cerr
 		}
 		l.mu.f = nil
+	}
+	if l.mu.err != nil {
+		return l.mu.err
 	}
 	if err != nil {
 		return fmt.Errorf("store: %w", err)

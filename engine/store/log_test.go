@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -698,5 +699,89 @@ func TestDeleteBeforeDuringAppendsKeepsEveryRecordAtOrAfterItsTimestamp(t *testi
 		if r.Ts != last+int64(i) || r.Payload[0] != byte(r.Ts) {
 			t.Fatalf("record %d is ts %d", i, r.Ts)
 		}
+	}
+}
+
+// TestAWritebackErrorTakenByABackgroundFsyncFailsSyncAndEveryLaterCall:
+// Linux reports a writeback error to one fsync of a file description only.
+// When the background fsync that Append starts takes it, Sync's own fsync
+// of the same file succeeds; Sync must still fail with the background
+// fsync's error, and so must every later Append, Sync and Close.
+func TestAWritebackErrorTakenByABackgroundFsyncFailsSyncAndEveryLaterCall(t *testing.T) {
+	l, err := Open(t.TempDir(), Options{SyncAhead: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bgStarted, release, ownRan := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	l.fsync = func(f *os.File) error {
+		switch calls.Add(1) {
+		case 1: // the background fsync: it takes the error, once released
+			close(bgStarted)
+			<-release
+			return syscall.EIO
+		case 2: // Sync's own fsync: the error was reported already
+			close(ownRan)
+		}
+		return f.Sync()
+	}
+	if err := l.Append([]Record{{Ts: 1, Payload: []byte("lost")}}); err != nil {
+		t.Fatal(err)
+	}
+	<-bgStarted
+	synced := make(chan error, 1)
+	go func() { synced <- l.Sync() }()
+	<-ownRan
+	close(release)
+	if err := <-synced; !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Sync returned %v while the background fsync of what it covers failed; want EIO", err)
+	}
+	if err := l.Append([]Record{{Ts: 2}}); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Append after the failed fsync returned %v, want EIO", err)
+	}
+	if err := l.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a second Sync returned %v, want EIO", err)
+	}
+	if err := l.Close(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Close returned %v, want EIO", err)
+	}
+}
+
+// TestAFailedFsyncWhenSealingASegmentFailsThatAppendAndEveryLaterCall: the
+// fsync that seals a full segment fails. The Append that rolled fails; the
+// next one must not roll again over a segment whose data may be lost (its
+// fsync would succeed, the error having been reported), nor may a Sync or
+// Close succeed.
+func TestAFailedFsyncWhenSealingASegmentFailsThatAppendAndEveryLaterCall(t *testing.T) {
+	l, err := Open(t.TempDir(), Options{SegmentBytes: 256, SyncAhead: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := []Record{{Ts: 1, Payload: make([]byte, 200)}}
+	if err := l.Append(rec); err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	fail.Store(true)
+	l.fsync = func(f *os.File) error {
+		if fail.Swap(false) {
+			return syscall.EIO
+		}
+		return f.Sync()
+	}
+	if err := l.Append(rec); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the Append whose roll failed to fsync returned %v, want EIO", err)
+	}
+	if err := l.Append(rec); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the next Append returned %v, want EIO", err)
+	}
+	if st := l.Stats(); st.Segments != 1 || st.Batches != 1 {
+		t.Fatalf("after the failed roll the log has %d segments and %d batches; want the first segment unsealed with its one batch", st.Segments, st.Batches)
+	}
+	if err := l.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Sync returned %v, want EIO", err)
+	}
+	if err := l.Close(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Close returned %v, want EIO", err)
 	}
 }

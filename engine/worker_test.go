@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/sluicehq/sluice/engine/store"
+)
+
+// quietSource has no input yet: Read finds nothing.
+type quietSource struct{}
+
+func (quietSource) Start(int64) error { return nil }
+func (quietSource) Read(dst []Record, _ int64) ([]Record, int64, error) {
+	return dst, 0, nil
+}
+
+// dropTask consumes its input.
+type dropTask struct{}
+
+func (dropTask) Process([]Message, *Emitter) error { return nil }
+
+// TestASourceLogThatFailsToCloseKeepsTheWorkerFromStartingAgain: closing
+// a source log at the end of a generation fsyncs it; when that fails, its
+// records may not be on disk, although the next generation would replay
+// them from the page cache and a checkpoint would commit over them. The
+// next Start, and every one after it, must fail with the error.
+func TestASourceLogThatFailsToCloseKeepsTheWorkerFromStartingAgain(t *testing.T) {
+	job := &Job{
+		Procs: []Proc{
+			{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return quietSource{}, nil }},
+			{Name: "sink", Parallelism: 1, NewTask: func(int) (Task, error) { return dropTask{}, nil }},
+		},
+		Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
+	}
+	w, err := NewWorker(job, WorkerConfig{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	failed := 0
+	w.closeLog = func(l *store.Log) error {
+		if err := l.Close(); err != nil {
+			return err
+		}
+		if failed++; failed > 1 {
+			return nil // a reopened log's fsync no longer reports the error
+		}
+		return fmt.Errorf("store: fsync: %w", syscall.EIO)
+	}
+	start := func(gen uint64) error {
+		return w.Start(StartCmd{Gen: gen, Node: 0, Addrs: []string{w.Addr()}, Placement: []int{0, 0}})
+	}
+	if err := start(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(1); err != nil {
+		t.Fatal(err)
+	}
+	// Start stops generation 1, closing its log: the close fails.
+	if err := start(2); !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "src") {
+		t.Fatalf("Start after the source log failed to close returned %v; want an error naming the source, wrapping EIO", err)
+	}
+	if _, err := w.Clock(2); err == nil {
+		t.Fatal("generation 2 runs although the source log of generation 1 failed to close")
+	}
+	w.Stop()
+	if err := start(3); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a later Start returned %v; want the worker to keep refusing with EIO", err)
+	}
+}
+
+// TestAStartThatFailsLeavesNoChannelOpen: senders are opened for a task's
+// outputs before its constructor runs and before the senders of its later
+// targets are opened. When either fails, Start fails, and the senders
+// already opened must be closed: left open they stay in the node's peer
+// for the life of the process and are opened again on every reconnect.
+func TestAStartThatFailsLeavesNoChannelOpen(t *testing.T) {
+	src := Proc{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return quietSource{}, nil }}
+	sink := Proc{Name: "sink", Parallelism: 2, NewTask: func(int) (Task, error) { return dropTask{}, nil }}
+	tests := []struct {
+		name      string
+		job       *Job
+		addrs     func(self string) []string
+		placement []int
+		want      string
+	}{{
+		name: "a task whose constructor fails after its sender to the sink was opened",
+		job: &Job{
+			Procs: []Proc{src,
+				{Name: "mid", Parallelism: 1, NewTask: func(int) (Task, error) { return nil, errors.New("mid: no state") }},
+				sink},
+			Edges: []Edge{{From: "src", To: "mid", Partitioner: RoundRobin}, {From: "mid", To: "sink", Partitioner: RoundRobin}},
+		},
+		addrs:     func(self string) []string { return []string{self} },
+		placement: []int{0, 0, 0, 0},
+		want:      "mid: no state",
+	}, {
+		name: "a source whose second target's node has an address without a port",
+		job: &Job{
+			Procs: []Proc{src, sink},
+			Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
+		},
+		addrs:     func(self string) []string { return []string{self, "nowhere"} },
+		placement: []int{0, 0, 1},
+		want:      "nowhere",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, err := NewWorker(tt.job, WorkerConfig{Dir: t.TempDir(), NoSync: true, NoChain: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			err = w.Start(StartCmd{Gen: 1, Node: 0, Addrs: tt.addrs(w.Addr()), Placement: tt.placement})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Start returned %v, want an error saying %q", err, tt.want)
+			}
+			for _, p := range w.node.Stats().Peers {
+				if p.Channels != 0 {
+					t.Errorf("after the failed Start the node has %d channels open to %s, want none", p.Channels, p.Addr)
+				}
+			}
+			if cs := w.node.ChannelStats(); len(cs) != 0 {
+				t.Errorf("after the failed Start the node has channels open: %+v", cs)
+			}
+		})
+	}
+}
