@@ -146,7 +146,7 @@ type Log struct {
 // wrapping [ErrCorrupt].
 func Open(dir string, opts Options) (*Log, error) {
 	opts = opts.withDefaults()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := durable.MkdirAll(dir, !opts.NoSync); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	ents, err := os.ReadDir(dir)
