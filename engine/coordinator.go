@@ -112,7 +112,10 @@ var ErrRestartsExhausted = errors.New("engine: restart policy exhausted")
 // ErrCheckpointsLost means recovery found no checkpoint the source logs
 // can replay from: every checkpoint every task still has (none, when the
 // files are missing or corrupt) is older than what the logs were
-// truncated to. The job cannot go on exactly once; it stops.
+// truncated to. The job cannot go on exactly once; it stops, before it
+// starts a generation, which would discard the checkpoints left. A
+// resumed coordinator knows what the logs were truncated to from its
+// journal's commits.
 var ErrCheckpointsLost = errors.New("engine: no checkpoint the source logs can replay from")
 
 // Config configures a [Coordinator].
@@ -233,7 +236,8 @@ type Coordinator struct {
 	// restorable are the completed checkpoints recovery may choose, oldest
 	// first: the checkpoint stores keep the newest two of every task, so
 	// that a corrupt newest file leaves an older one. The source logs keep
-	// what the oldest needs; logFloor is what they were truncated to.
+	// what the oldest needs; logFloor is what they were truncated to (the
+	// journal's floor, for a resumed coordinator).
 	restorable []int64
 	logFloor   int64
 	// hmu guards handles while Run creates them, against Kill and Crash;
@@ -462,13 +466,10 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 		}
 		restore, has, err := c.restorePoint(ctx, stateful)
 		if err == nil && c.logFloor != math.MinInt64 && (!has || restore < c.logFloor) {
+			// Checked before the generation is journaled and started:
+			// starting it would discard every newer checkpoint.
 			c.totals(res)
-			newest := "none"
-			if has {
-				newest = fmt.Sprint(restore)
-			}
-			return nil, fmt.Errorf("%w: the newest checkpoint every task has is %s, the logs keep records from %d on",
-				ErrCheckpointsLost, newest, c.logFloor)
+			return nil, c.checkpointsLost(ctx, stateful, restore, has)
 		}
 		if err == nil {
 			c.restorable = c.restorable[:0]
@@ -826,6 +827,9 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 			c.restorable = c.restorable[1:]
 		}
 		keep := c.restorable[0]
+		if err := c.journalCommit(gen, keep); err != nil {
+			return nil, err
+		}
 		if _, err := c.all(ctx, Request{Op: "commit", Gen: gen, Ts: keep}); err != nil {
 			return nil, err
 		}

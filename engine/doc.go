@@ -91,17 +91,22 @@
 // Config.Dir (engine/journal), each record fsynced before it acts on it:
 // the job (Config.JobConfig, the DAG's shape, the number of nodes, the
 // placement of tasks on them), each generation before its channels open
-// with its number as their epoch, and each checkpoint once every worker
-// has persisted it and before sources may delete the log segments it
-// covers. A coordinator started on a directory whose journal holds the
-// same job resumes it: it restores the journal's last completed
-// checkpoint (the workers' logs and checkpoints are in the same directory
-// tree) with a generation above every journaled one, so whatever a worker
-// of the dead coordinator still sends carries a stale epoch and is fenced
-// off. A journal of another job is refused ([OtherJobError]) unless
-// Config.StartOver discards the directory. Workers lock their directories,
-// so a new worker waits until the dead coordinator's worker processes,
-// which end when their control pipe closes, are gone.
+// with its number as their epoch, each checkpoint once every worker has
+// persisted it, and each commit (the oldest checkpoint recovery may still
+// choose) before sources may delete the log segments below it. A
+// coordinator started on a directory whose journal holds the same job
+// resumes it: it restores the journal's last completed checkpoint (the
+// workers' logs and checkpoints are in the same directory tree) with a
+// generation above every journaled one, so whatever a worker of the dead
+// coordinator still sends carries a stale epoch and is fenced off. When the
+// workers hold no common checkpoint the logs still reach back to (their
+// files went missing or corrupt while it was down), it ends with
+// [ErrCheckpointsLost] before it journals or starts a generation, which
+// would discard the checkpoints that are left. A journal of another job is
+// refused ([OtherJobError]) unless Config.StartOver discards the directory.
+// Workers lock their directories, so a new worker waits until the dead
+// coordinator's worker processes, which end when their control pipe
+// closes, are gone.
 //
 // That is what is highly available, and all of it: one coordinator that
 // can be killed at any instant and started again, by an operator or a

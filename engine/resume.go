@@ -124,6 +124,9 @@ func (c *Coordinator) openJournal() (uint64, error) {
 		return 0, err
 	}
 	c.jr = j
+	if st.HasFloor {
+		c.logFloor = st.Floor
+	}
 	c.interval = st.Interval
 	if c.interval == 0 {
 		c.interval = c.cfg.InitialInterval
@@ -180,9 +183,56 @@ func (c *Coordinator) journalGeneration(gen uint64, restore int64, has bool) err
 }
 
 // journalCheckpoint writes that the checkpoint at tc completed on every
-// worker, before sources may delete what it covers.
+// worker.
 func (c *Coordinator) journalCheckpoint(gen uint64, tc int64) error {
 	return c.jr.Append(&journal.Checkpoint{Gen: gen, Ts: tc, Interval: c.interval})
+}
+
+// journalCommit writes that no checkpoint before keep will be restored,
+// before sources may delete the log records below it: a resumed
+// coordinator knows from it how far the logs reach back.
+func (c *Coordinator) journalCommit(gen uint64, keep int64) error {
+	return c.jr.Append(&journal.Commit{Gen: gen, Keep: keep})
+}
+
+// checkpointsLost is the error of a recovery whose restore point (none
+// without has) is older than what the source logs were cut to: it names
+// the stateful tasks whose checkpoints from there on are all missing or
+// corrupt.
+func (c *Coordinator) checkpointsLost(ctx context.Context, stateful [][]string, restore int64, has bool) error {
+	newest := "none"
+	if has {
+		newest = fmt.Sprint(restore)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "the newest checkpoint every stateful task has is %s, the logs keep records from %d on", newest, c.logFloor)
+	if st := c.jr.State(); st.HasCheckpoint {
+		fmt.Fprintf(&b, " (the journal's last completed checkpoint is %d)", st.Checkpoint)
+	}
+	named := false
+	for i, h := range c.handles {
+		for _, task := range stateful[i] {
+			cctx, cancel := context.WithTimeout(ctx, callTimeout)
+			r, err := h.do(cctx, Request{Op: "latest", Tasks: []string{task}})
+			cancel()
+			switch {
+			case err != nil:
+				fmt.Fprintf(&b, "; node %d could not list the checkpoints of %s: %v", i, task, err)
+			case !r.LatestOK:
+				fmt.Fprintf(&b, "; %s on node %d has no checkpoint (missing or corrupt)", task, i)
+			case r.LatestTs < c.logFloor:
+				fmt.Fprintf(&b, "; %s on node %d has none from %d on (missing or corrupt), its newest is %d",
+					task, i, c.logFloor, r.LatestTs)
+			default:
+				continue
+			}
+			named = true
+		}
+	}
+	if !named {
+		fmt.Fprintf(&b, "; every stateful task has a checkpoint from %d on, but not one at a timestamp they share", c.logFloor)
+	}
+	return fmt.Errorf("%w: %s", ErrCheckpointsLost, b.String())
 }
 
 // restorePoint is the checkpoint a generation restores: the journal's last

@@ -3,8 +3,10 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +145,121 @@ func TestAJournalOfAnotherJobIsRefusedUnlessStartingOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameCounts(t, got, reference(t, input))
+}
+
+// TestAResumedJobWhoseCheckpointIsGoneStopsBeforeDiscardingAnything runs a
+// job with two stateful tasks until commits have let its source delete log
+// segments, stops the coordinator, and removes (or corrupts) one task's
+// checkpoint files. Its successor can resume from no checkpoint the logs
+// reach back to: it must end with ErrCheckpointsLost, naming that task,
+// before it journals a generation, and leave the other task's checkpoints
+// as they were. It used to know nothing of the journaled commits, start
+// the job over from the remains of the logs, and delete every checkpoint.
+func TestAResumedJobWhoseCheckpointIsGoneStopsBeforeDiscardingAnything(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		harm func(path string) error
+	}{
+		{"removed", os.Remove},
+		{"corrupted", func(path string) error { return os.WriteFile(path, []byte("not a checkpoint"), 0o644) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const n = 400000
+			dir := filepath.Join(t.TempDir(), "data")
+			job := &engine.Job{
+				Procs: []engine.Proc{
+					{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
+						return &jobs.GenSource{Size: 24, Limit: n}, nil
+					}},
+					{Name: "sum", Parallelism: 2, NewTask: func(int) (engine.Task, error) { return &crashAfter{limit: n + 1}, nil }},
+				},
+				Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.RoundRobin}},
+			}
+			cfg := engine.Config{Dir: dir, NoSync: true, InitialInterval: 5000, CheckpointEvery: 5 * time.Millisecond,
+				LogSegmentBytes: 4 << 10, JobConfig: []byte("sum")}
+			c1, err := engine.NewCoordinator(job, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { _, err := c1.Run(ctx); done <- err }()
+			jpath := filepath.Join(dir, engine.JournalFile)
+			for {
+				// Three checkpoints: the commits after the second and third
+				// let the source delete records below the first.
+				if st, err := journal.Read(jpath); err == nil && st.Checkpoints >= 3 {
+					break
+				}
+				select {
+				case err := <-done:
+					t.Fatalf("the job ended (%v) before three checkpoints were journaled: make the input larger", err)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("the first coordinator ended with %v, want it stopped mid-job (context.Canceled)", err)
+			}
+			stopped, err := journal.Read(jpath)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			ckpts := filepath.Join(dir, "node0", "checkpoints")
+			harmed, err := filepath.Glob(filepath.Join(ckpts, "task-1.0@*.ckpt"))
+			if err != nil || len(harmed) == 0 {
+				t.Fatalf("task 1.0 has no checkpoint files to harm (%v)", err)
+			}
+			for _, f := range harmed {
+				if err := c.harm(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			others := checkpointFiles(t, filepath.Join(ckpts, "task-1.1@*.ckpt"))
+			if len(others) == 0 {
+				t.Fatal("task 1.1 has no checkpoint files")
+			}
+
+			c2, err := engine.NewCoordinator(job, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, rcancel := context.WithTimeout(context.Background(), slow*60*time.Second) // a hang guard
+			defer rcancel()
+			_, err = c2.Run(rctx)
+			if !errors.Is(err, engine.ErrCheckpointsLost) {
+				t.Fatalf("the resumed run ended with %v, want ErrCheckpointsLost", err)
+			}
+			if !strings.Contains(err.Error(), "task-1.0 on node 0") {
+				t.Errorf("the error does not name task-1.0 on node 0: %v", err)
+			}
+			t.Log(err)
+			if after, err := journal.Read(jpath); err != nil || after.Gen != stopped.Gen || after.Generations != stopped.Generations {
+				t.Errorf("the journal went from generation %d (%d journaled) to %d (%d), %v: want no new generation",
+					stopped.Gen, stopped.Generations, after.Gen, after.Generations, err)
+			}
+			if after := checkpointFiles(t, filepath.Join(ckpts, "task-1.1@*.ckpt")); !maps.Equal(after, others) {
+				t.Errorf("task 1.1's checkpoint files changed: %d before, %d after", len(others), len(after))
+			}
+		})
+	}
+}
+
+// checkpointFiles maps the files that pattern matches to their contents.
+func checkpointFiles(t *testing.T, pattern string) map[string]string {
+	t.Helper()
+	files, err := filepath.Glob(pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[filepath.Base(f)] = string(b)
+	}
+	return m
 }

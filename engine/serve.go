@@ -11,8 +11,14 @@ import (
 
 // ServeWorker runs w's side of the control plane: requests as JSON lines on
 // in, responses and events as JSON lines on out (the first line says the
-// worker's transport address). It returns when in ends or an "exit"
-// request arrives, after closing w.
+// worker's transport address). It returns, after closing w, when in ends,
+// an "exit" request arrives, or ctx is done (with ctx's error), whether a
+// request is on its way or not; a control call that is running when ctx
+// ends is answered first.
+//
+// in is read on a goroutine of its own, which a return on ctx or "exit"
+// leaves inside in's Read until that returns: the caller that wants it gone
+// closes in (a process that exits need not).
 func ServeWorker(ctx context.Context, w *Worker, in io.Reader, out io.Writer) error {
 	defer w.Close()
 	var mu sync.Mutex
@@ -63,7 +69,17 @@ func ServeWorker(ctx context.Context, w *Worker, in io.Reader, out io.Writer) er
 		}
 		readErr = sc.Err()
 	}()
-	for req := range reqs {
+	for {
+		var req Request
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case req, ok = <-reqs:
+		}
+		if !ok {
+			return readErr
+		}
 		if req.Op == "exit" {
 			_ = send(Response{ID: req.ID})
 			return nil
@@ -75,5 +91,4 @@ func ServeWorker(ctx context.Context, w *Worker, in io.Reader, out io.Writer) er
 			return ctx.Err()
 		}
 	}
-	return readErr
 }

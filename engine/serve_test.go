@@ -1,11 +1,15 @@
 package engine_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/engine"
 )
@@ -76,4 +80,48 @@ func TestServeWorkerAnswersABadStartWithAnError(t *testing.T) {
 	if _, ok := answers[2]; !ok {
 		t.Fatalf("the request after the bad start was not answered: %s", out.String())
 	}
+}
+
+// TestServeWorkerEndsWhenItsContextDoesWhileNoRequestComes: a worker
+// process told to stop (loadgen node's context ends on SIGTERM) while its
+// coordinator sends nothing returns ctx's error and closes its worker,
+// whose directory a new worker can then take. It used to look at ctx only
+// after a request, and waited for one forever.
+func TestServeWorkerEndsWhenItsContextDoesWhileNoRequestComes(t *testing.T) {
+	job := &engine.Job{Procs: []engine.Proc{{Name: "src", Parallelism: 1,
+		NewSource: func(int) (engine.Source, error) { return idleSource{}, nil }}}}
+	dir := t.TempDir()
+	w, err := engine.NewWorker(job, engine.WorkerConfig{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, silent := io.Pipe() // a coordinator that never sends
+	defer silent.Close()    // ends ServeWorker's reader
+	hello, out := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- engine.ServeWorker(ctx, w, in, out); out.Close() }()
+	line, err := bufio.NewReader(hello).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading the hello line: %v", err)
+	}
+	if !strings.Contains(line, w.Addr()) {
+		t.Fatalf("hello line %q does not name the worker's address %s", line, w.Addr())
+	}
+	go io.Copy(io.Discard, hello) // whatever else it writes
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("ServeWorker returned %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, far beyond any wait
+		t.Fatal("ServeWorker still waits for a request after its context ended")
+	}
+	again, err := engine.NewWorker(job, engine.WorkerConfig{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatalf("a new worker on the directory: %v (ServeWorker did not close its worker)", err)
+	}
+	again.Close()
 }

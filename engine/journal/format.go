@@ -21,9 +21,16 @@ import (
 // Bodies are varints (unsigned for counts and generations, zigzag for
 // timestamps) and length-prefixed byte strings; a body must be consumed
 // exactly.
+//
+// Version 2 added the Commit record. A version 1 journal is read as it
+// is, with the floor its records imply (see [State]), and [Open] turns it
+// into a version 2 one before anything is appended, so that an engine that
+// knows only version 1 refuses a journal holding a Commit instead of
+// reading it as damage.
 const (
-	fileMagic = "SLJN\x00\x00\x00\x01" // "SLJN", format version 1
-	headerLen = 9
+	fileMagic   = "SLJN\x00\x00\x00\x02" // "SLJN", format version 2
+	fileMagicV1 = "SLJN\x00\x00\x00\x01" // version 1: no Commit records
+	headerLen   = 9
 	// MaxBody bounds a record's body (a Job's config is the largest).
 	MaxBody = 1 << 20
 )
@@ -38,9 +45,11 @@ const (
 	KindJob        Kind = 1
 	KindGeneration Kind = 2
 	KindCheckpoint Kind = 3
+	KindCommit     Kind = 4 // since version 2
 )
 
-// Record is one journal entry: a *[Job], *[Generation] or *[Checkpoint].
+// Record is one journal entry: a *[Job], *[Generation], *[Checkpoint] or
+// *[Commit].
 type Record interface {
 	Kind() Kind
 	appendBody(dst []byte) []byte
@@ -82,6 +91,15 @@ type Checkpoint struct {
 	Interval int64
 }
 
+// Commit is written before the coordinator lets the sources delete the
+// records of their logs below Keep, the oldest checkpoint recovery may
+// still choose: from then on the job can resume only from a checkpoint at
+// or after Keep.
+type Commit struct {
+	Gen  uint64
+	Keep int64
+}
+
 // Kind reports KindJob.
 func (*Job) Kind() Kind { return KindJob }
 
@@ -90,6 +108,9 @@ func (*Generation) Kind() Kind { return KindGeneration }
 
 // Kind reports KindCheckpoint.
 func (*Checkpoint) Kind() Kind { return KindCheckpoint }
+
+// Kind reports KindCommit.
+func (*Commit) Kind() Kind { return KindCommit }
 
 // Errors of the format.
 var (
@@ -158,6 +179,8 @@ func DecodeRecord(b []byte) (Record, int, error) {
 		r = &Generation{}
 	case KindCheckpoint:
 		r = &Checkpoint{}
+	case KindCommit:
+		r = &Commit{}
 	default:
 		return nil, 0, errUnknownKind
 	}
@@ -231,6 +254,18 @@ func (c *Checkpoint) decodeBody(b []byte) error {
 	c.Gen = d.uvarint()
 	c.Ts = d.varint()
 	c.Interval = d.varint()
+	return d.done()
+}
+
+func (c *Commit) appendBody(dst []byte) []byte {
+	dst = binary.AppendUvarint(dst, c.Gen)
+	return binary.AppendVarint(dst, c.Keep)
+}
+
+func (c *Commit) decodeBody(b []byte) error {
+	d := decoder{b: b}
+	c.Gen = d.uvarint()
+	c.Keep = d.varint()
 	return d.done()
 }
 

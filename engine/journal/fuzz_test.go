@@ -82,7 +82,9 @@ func FuzzOpen(f *testing.F) {
 		st := j.State()
 		var next Record = &Job{Shape: "x"}
 		if st.Job != nil {
-			next = &Generation{Gen: st.Gen + 1}
+			// It restores the last checkpoint, which is never below the
+			// floor a commit set.
+			next = &Generation{Gen: st.Gen + 1, Restore: st.Checkpoint, HasRestore: st.HasCheckpoint}
 		}
 		if err := j.Append(next); err != nil {
 			t.Fatalf("Append after Open: %v", err)

@@ -5,16 +5,18 @@
 //
 // A journal holds, in order: one [Job] (what runs: the caller's config,
 // the DAG's shape, the number of workers and the task placement), then a
-// [Generation] before each generation starts, and a [Checkpoint] each time
-// every worker has persisted one. [Journal.Append] writes and fsyncs a
-// record before it returns, and the coordinator acts on a decision only
-// after it is journaled: a generation's channels use its number as their
-// epoch only once it is on disk, and sources delete log segments a
-// checkpoint covers only once the checkpoint is. Replaying the journal
-// gives a [State]: the job, the highest generation ever started (a resumed
-// coordinator starts a higher one, so the transport fences off whatever an
-// older one still sends) and the last completed checkpoint (where it
-// resumes).
+// [Generation] before each generation starts, a [Checkpoint] each time
+// every worker has persisted one, and a [Commit] each time the coordinator
+// lets the sources delete what the checkpoints still restorable no longer
+// need. [Journal.Append] writes and fsyncs a record before it returns, and
+// the coordinator acts on a decision only after it is journaled: a
+// generation's channels use its number as their epoch only once it is on
+// disk, and sources delete log segments only once the Commit that lets them
+// is. Replaying the journal gives a [State]: the job, the highest
+// generation ever started (a resumed coordinator starts a higher one, so
+// the transport fences off whatever an older one still sends), the last
+// completed checkpoint (where it resumes) and the floor the source logs
+// may have been cut to (no checkpoint older than it can be resumed from).
 //
 // Records are CRC-framed (internal/crcframe; the layout is in format.go).
 // [Open] cuts a torn tail, a damaged record that no intact record follows
@@ -45,14 +47,25 @@ type State struct {
 	// Interval is the checkpoint interval of the last record that set
 	// one (0: none).
 	Interval int64
-	// Generations and Checkpoints count the records of each kind.
-	Generations, Checkpoints int
+	// Floor is, if HasFloor, what the source logs may have been cut to:
+	// the highest Keep of the journal's commits, or for a version 1
+	// journal, which did not record its commits, its last checkpoint
+	// (its coordinator committed none later). Records below it may be
+	// gone, so the job can resume only from a checkpoint at or after it.
+	Floor    int64
+	HasFloor bool
+	// Generations, Checkpoints and Commits count the records of each
+	// kind.
+	Generations, Checkpoints, Commits int
 }
 
 // ErrOrder is wrapped by the errors of records that break the journal's
-// rules: a Job first and only once, generations increasing, a checkpoint
-// in the latest generation and later than the one before (or than the
-// older one its generation restored, when it fell back to one).
+// rules: a Job first and only once; generations increasing, each, once a
+// commit has set the floor, restoring a checkpoint at or after it; a
+// checkpoint in the latest generation and later than the one before (or
+// than the older one its generation restored, when it fell back to one);
+// a commit in the latest generation, keeping a checkpoint no later than
+// the last completed one.
 var ErrOrder = errors.New("journal: record out of order")
 
 // apply adds r to s, or says why r may not follow s.
@@ -69,6 +82,14 @@ func (s *State) apply(r Record) error {
 	case *Generation:
 		if r.Gen <= s.Gen {
 			return fmt.Errorf("%w: generation %d after generation %d", ErrOrder, r.Gen, s.Gen)
+		}
+		if s.HasFloor && (!r.HasRestore || r.Restore < s.Floor) {
+			what := "no checkpoint"
+			if r.HasRestore {
+				what = fmt.Sprintf("checkpoint %d", r.Restore)
+			}
+			return fmt.Errorf("%w: generation %d restores %s, but the logs may keep records only from %d on",
+				ErrOrder, r.Gen, what, s.Floor)
 		}
 		s.Gen, s.Generations = r.Gen, s.Generations+1
 		if r.Interval > 0 {
@@ -91,6 +112,21 @@ func (s *State) apply(r Record) error {
 		s.Checkpoint, s.HasCheckpoint, s.Checkpoints = r.Ts, true, s.Checkpoints+1
 		if r.Interval > 0 {
 			s.Interval = r.Interval
+		}
+	case *Commit:
+		if s.Generations == 0 || r.Gen != s.Gen {
+			return fmt.Errorf("%w: a commit of generation %d while generation %d runs", ErrOrder, r.Gen, s.Gen)
+		}
+		if !s.HasCheckpoint || r.Keep > s.Checkpoint {
+			last := "none"
+			if s.HasCheckpoint {
+				last = fmt.Sprint(s.Checkpoint)
+			}
+			return fmt.Errorf("%w: a commit keeping checkpoint %d, the last completed is %s", ErrOrder, r.Keep, last)
+		}
+		s.Commits++
+		if !s.HasFloor || r.Keep > s.Floor {
+			s.Floor, s.HasFloor = r.Keep, true
 		}
 	}
 	return nil
@@ -178,13 +214,14 @@ func create(path string, opts Options) error {
 	return nil
 }
 
-// load replays the file into j.state and cuts a torn tail.
+// load replays the file into j.state, cuts a torn tail and upgrades a
+// version 1 journal.
 func (j *Journal) load() error {
 	b, err := os.ReadFile(j.path)
 	if err != nil {
 		return err
 	}
-	st, off, err := replay(j.path, b)
+	st, off, v1, err := replay(j.path, b)
 	if err != nil {
 		return err
 	}
@@ -197,15 +234,38 @@ func (j *Journal) load() error {
 			return err
 		}
 	}
+	if v1 {
+		return j.upgrade()
+	}
 	return nil
 }
 
+// upgrade makes a version 1 journal a version 2 one: it appends the floor
+// version 1 implies as a Commit, so that the floor outlives the version,
+// then rewrites the version. A crash between the two leaves a version 1
+// journal ending in that Commit, which replays to the same floor.
+func (j *Journal) upgrade() error {
+	if st := j.state; st.HasFloor {
+		if err := j.Append(&Commit{Gen: st.Gen, Keep: st.Floor}); err != nil {
+			return fmt.Errorf("journal: upgrading %s to version 2: %w", j.path, err)
+		}
+	}
+	if _, err := j.f.WriteAt([]byte(fileMagic), 0); err != nil {
+		return fmt.Errorf("journal: upgrading %s to version 2: %w", j.path, err)
+	}
+	return j.sync()
+}
+
 // replay adds up the records of file b and returns where its valid part
-// ends: len(b), or the start of a torn tail.
-func replay(path string, b []byte) (State, int, error) {
-	var st State
-	if len(b) < len(fileMagic) || string(b[:len(fileMagic)]) != fileMagic {
-		return st, 0, &CorruptError{Path: path, Err: errors.New("not a journal (bad magic or version)")}
+// ends: len(b), or the start of a torn tail; v1 says b is a version 1
+// journal, whose floor is its last checkpoint.
+func replay(path string, b []byte) (st State, end int, v1 bool, err error) {
+	switch {
+	case len(b) >= len(fileMagic) && string(b[:len(fileMagic)]) == fileMagic:
+	case len(b) >= len(fileMagicV1) && string(b[:len(fileMagicV1)]) == fileMagicV1:
+		v1 = true
+	default:
+		return st, 0, false, &CorruptError{Path: path, Err: errors.New("not a journal (bad magic or version)")}
 	}
 	off := len(fileMagic)
 	for off < len(b) {
@@ -214,27 +274,32 @@ func replay(path string, b []byte) (State, int, error) {
 			if torn(b[off:]) {
 				break
 			}
-			return st, off, &CorruptError{Path: path, Offset: int64(off), Err: err}
+			return st, off, v1, &CorruptError{Path: path, Offset: int64(off), Err: err}
 		}
 		if err := st.apply(r); err != nil {
-			return st, off, &CorruptError{Path: path, Offset: int64(off), Err: err}
+			return st, off, v1, &CorruptError{Path: path, Offset: int64(off), Err: err}
 		}
 		off += n
 	}
-	return st, off, nil
+	if v1 && st.HasCheckpoint && (!st.HasFloor || st.Floor < st.Checkpoint) {
+		// Its coordinator committed after each checkpoint without a
+		// record: the logs may have been cut up to the last one.
+		st.Floor, st.HasFloor = st.Checkpoint, true
+	}
+	return st, off, v1, nil
 }
 
 // Read returns the state of the journal at path without opening it for
-// appends: it neither locks the file nor cuts a torn tail, so it may read a
-// journal a running coordinator appends to (a record being written reads as
-// a torn tail). It fails with an error wrapping os.ErrNotExist if there is
+// appends: it neither locks the file, nor cuts a torn tail, nor upgrades a
+// version 1 journal, so it may read a journal a running coordinator appends
+// to (a record being written reads as a torn tail). It fails with an error wrapping os.ErrNotExist if there is
 // no journal, and with a *CorruptError if there is damage before its tail.
 func Read(path string) (State, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return State{}, err
 	}
-	st, _, err := replay(path, b)
+	st, _, _, err := replay(path, b)
 	return st, err
 }
 

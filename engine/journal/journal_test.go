@@ -6,20 +6,25 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 )
 
 // history is a journal's worth of records: a job, three generations, the
-// second restoring the first's last checkpoint.
+// second restoring the first's last checkpoint, and a commit after each
+// checkpoint, keeping the oldest of the last two.
 func history() []Record {
 	return []Record{
 		&Job{Config: []byte(`{"kind":"wordcount","input":"in.txt"}`), Shape: "gen*1 split*2 count*2", Nodes: 3,
 			Placement: []int{0, 1, 2, 0, 1}},
 		&Generation{Gen: 1, Interval: 4096},
 		&Checkpoint{Gen: 1, Ts: 4096, Interval: 8192},
+		&Commit{Gen: 1, Keep: 4096},
 		&Checkpoint{Gen: 1, Ts: 12288, Interval: 8192},
+		&Commit{Gen: 1, Keep: 4096},
 		&Generation{Gen: 2, Restore: 12288, HasRestore: true, Interval: 8192},
 		&Checkpoint{Gen: 2, Ts: 20480, Interval: 2048},
+		&Commit{Gen: 2, Keep: 12288},
 		&Generation{Gen: 5, Restore: 20480, HasRestore: true, Interval: 2048},
 	}
 }
@@ -37,6 +42,9 @@ func stateOf(recs []Record) State {
 		case *Checkpoint:
 			s.Checkpoint, s.HasCheckpoint, s.Interval = r.Ts, true, r.Interval
 			s.Checkpoints++
+		case *Commit:
+			s.Floor, s.HasFloor = max(s.Floor, r.Keep), true
+			s.Commits++
 		}
 	}
 	return s
@@ -223,6 +231,16 @@ func TestRecordsOutOfOrderAreRefusedOnAppendAndOnReplay(t *testing.T) {
 		{"a checkpoint of an older generation", []Record{job, &Generation{Gen: 1}, &Generation{Gen: 2}, &Checkpoint{Gen: 1, Ts: 5}}},
 		{"a checkpoint not after the last", []Record{job, &Generation{Gen: 1}, &Checkpoint{Gen: 1, Ts: 5}, &Checkpoint{Gen: 1, Ts: 5}}},
 		{"a checkpoint before any generation", []Record{job, &Checkpoint{Gen: 0, Ts: 5}}},
+		{"a commit before any checkpoint", []Record{job, &Generation{Gen: 1}, &Commit{Gen: 1, Keep: 0}}},
+		{"a commit beyond the last checkpoint", []Record{job, &Generation{Gen: 1}, &Checkpoint{Gen: 1, Ts: 5},
+			&Commit{Gen: 1, Keep: 6}}},
+		{"a commit of an older generation", []Record{job, &Generation{Gen: 1}, &Checkpoint{Gen: 1, Ts: 5},
+			&Generation{Gen: 2, Restore: 5, HasRestore: true}, &Commit{Gen: 1, Keep: 5}}},
+		{"a generation restoring nothing after a commit", []Record{job, &Generation{Gen: 1}, &Checkpoint{Gen: 1, Ts: 5},
+			&Commit{Gen: 1, Keep: 5}, &Generation{Gen: 2}}},
+		{"a generation restoring a checkpoint below the floor", []Record{job, &Generation{Gen: 1},
+			&Checkpoint{Gen: 1, Ts: 5}, &Checkpoint{Gen: 1, Ts: 9}, &Commit{Gen: 1, Keep: 9},
+			&Generation{Gen: 2, Restore: 5, HasRestore: true}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -257,7 +275,7 @@ func TestRecordsOutOfOrderAreRefusedOnAppendAndOnReplay(t *testing.T) {
 
 func TestAFileThatIsNotAJournalIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal")
-	os.WriteFile(path, []byte("SLJN\x00\x00\x00\x02 a later version"), 0o644)
+	os.WriteFile(path, []byte("SLJN\x00\x00\x00\x03 a later version"), 0o644)
 	if _, err := Open(path, Options{NoSync: true}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("got %v, want ErrCorrupt", err)
 	}
@@ -297,5 +315,97 @@ func TestARecordOverTheLimitIsRefused(t *testing.T) {
 	}
 	if err := j.Append(&Job{Config: make([]byte, MaxBody-100)}); err != nil {
 		t.Fatalf("a record under the limit: %v", err)
+	}
+}
+
+// v1File is a journal of format version 1, which had no Commit records,
+// holding recs.
+func v1File(t *testing.T, path string, recs []Record) {
+	t.Helper()
+	b := []byte(fileMagicV1)
+	for _, r := range recs {
+		var err error
+		if b, err = AppendRecord(b, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAVersion1JournalHasItsLastCheckpointAsItsFloorAndIsUpgraded: a
+// journal written before commits were journaled may have had its logs cut
+// up to its last checkpoint. Read says so and leaves the file alone; Open
+// keeps that floor in a Commit and makes the file version 2, which an
+// engine that knows only version 1 refuses; a crash between the two steps
+// reads the same.
+func TestAVersion1JournalHasItsLastCheckpointAsItsFloorAndIsUpgraded(t *testing.T) {
+	job := &Job{Shape: "a*1", Nodes: 1, Placement: []int{0}}
+	recs := []Record{job, &Generation{Gen: 1, Interval: 10}, &Checkpoint{Gen: 1, Ts: 10, Interval: 10},
+		&Checkpoint{Gen: 1, Ts: 20, Interval: 10}}
+	want := stateOf(recs)
+	want.Floor, want.HasFloor = 20, true
+	for _, c := range []struct {
+		name string
+		recs []Record
+	}{
+		{"as version 1 wrote it", recs},
+		{"cut short by a crash during its upgrade", append(slices.Clone(recs), &Commit{Gen: 1, Keep: 20})},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "journal")
+			v1File(t, path, c.recs)
+			before, _ := os.ReadFile(path)
+			st, err := Read(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := want
+			w.Commits = len(c.recs) - len(recs)
+			if !reflect.DeepEqual(st, w) {
+				t.Fatalf("Read: state\n got %+v\nwant %+v", st, w)
+			}
+			if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
+				t.Fatal("Read changed the file")
+			}
+			j, err := Open(path, Options{NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.Close()
+			w.Commits++ // the upgrade's
+			if !reflect.DeepEqual(j.State(), w) {
+				t.Fatalf("Open: state\n got %+v\nwant %+v", j.State(), w)
+			}
+			err = j.Append(&Generation{Gen: 2, Restore: 10, HasRestore: true})
+			if !errors.Is(err, ErrOrder) {
+				t.Fatalf("a generation restoring checkpoint 10 below the floor 20: got %v, want ErrOrder", err)
+			}
+			b, _ := os.ReadFile(path)
+			if !bytes.HasPrefix(b, []byte(fileMagic)) {
+				t.Fatalf("the file starts %q after Open, want version 2's %q", b[:len(fileMagic)], fileMagic)
+			}
+			if st, err := Read(path); err != nil || !reflect.DeepEqual(st, w) {
+				t.Fatalf("Read after the upgrade: %v, state\n got %+v\nwant %+v", err, st, w)
+			}
+		})
+	}
+}
+
+func TestAVersion1JournalWithoutACheckpointHasNoFloor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	recs := []Record{&Job{Shape: "a*1", Nodes: 1, Placement: []int{0}}, &Generation{Gen: 1, Interval: 10}}
+	v1File(t, path, recs)
+	j, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if got, want := j.State(), stateOf(recs); !reflect.DeepEqual(got, want) {
+		t.Fatalf("state\n got %+v\nwant %+v", got, want)
+	}
+	if err := j.Append(&Generation{Gen: 2}); err != nil {
+		t.Fatalf("a generation restoring nothing, with nothing committed: %v", err)
 	}
 }
