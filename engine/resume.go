@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/engine/journal"
+	"github.com/sluicehq/sluice/internal/durable"
 )
 
 // JournalFile is the name of the coordinator's journal in Config.Dir.
@@ -94,7 +95,7 @@ func (c *Coordinator) openJournal() (uint64, error) {
 			return 0, err
 		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := durable.MkdirAll(dir, !c.cfg.NoSync); err != nil {
 		return 0, err
 	}
 	j, err := journal.Open(path, journal.Options{NoSync: c.cfg.NoSync})
