@@ -12,6 +12,7 @@ type ReceiverStats struct {
 	Invalid     uint64 // data with a seq that cannot exist
 	Opens       uint64 // OPENs accepted (including repeats and reconnects)
 	Resets      uint64 // OPENs that started a new epoch
+	Skipped     uint64 // seqs an OPEN of the current epoch skipped: the source dropped them
 	AckRequests uint64 // ACKREQUESTs accepted
 	Acks        uint64 // acks returned by Answer
 }
@@ -74,18 +75,28 @@ func (r *Receiver) check(epoch uint64) (Verdict, bool) {
 // OnOpen applies an OPEN(epoch, firstSeq). An older epoch is [Stale]. A first
 // or higher epoch resets the channel: next and consumed become firstSeq, and a
 // pending request of the old epoch is forgotten. The current epoch (a
-// reconnect) keeps next: the source resumes from it. In every accepted case an
-// Open ack becomes pending (see [Receiver.Answer]).
+// reconnect) keeps next: the source resumes from it, since it retains every
+// message the receiver has not acknowledged (firstSeq <= next). A firstSeq
+// beyond next means the source dropped the messages between (it closed the
+// channel without waiting for them) and opened it again where it left off:
+// next and consumed move up to firstSeq, as on a new epoch, and the seqs
+// skipped are counted. In every accepted case an Open ack becomes pending
+// (see [Receiver.Answer]).
 func (r *Receiver) OnOpen(epoch, firstSeq uint64) Verdict {
 	if r.open && epoch < r.epoch {
 		r.stats.Stale++
 		return Stale
 	}
-	if !r.open || epoch > r.epoch {
+	switch {
+	case !r.open || epoch > r.epoch:
 		if r.open {
 			r.stats.Resets++
 		}
 		r.open, r.epoch = true, epoch
+		r.next, r.consumed, r.lastNext = firstSeq, firstSeq, firstSeq
+		r.reqPending = false
+	case firstSeq > r.next:
+		r.stats.Skipped += firstSeq - r.next
 		r.next, r.consumed, r.lastNext = firstSeq, firstSeq, firstSeq
 		r.reqPending = false
 	}

@@ -131,6 +131,20 @@ func TestReceiver(t *testing.T) {
 			{op: "open", epoch: 1, seq: 0, want: Accept},
 			{op: "consumed", seq: 2, want: Accept, wantAnswers: []Ack{{Open: true, Epoch: 1, ReqSeq: 0, Count: 2, Next: 2}}},
 		}},
+		{"an OPEN of the same epoch beyond next skips what the source dropped, at once", []step{
+			{op: "open", epoch: 1, seq: 0, want: Accept, wantAnswers: []Ack{{Open: true, Epoch: 1}}},
+			{op: "data", epoch: 1, seq: 0, want: Accept},
+			{op: "data", epoch: 1, seq: 1, want: Accept},
+			{op: "req", epoch: 1, seq: 5, want: Accept},
+			// The source closed with 2..9 unacknowledged and opens again at 10;
+			// 0 and 1 are not consumed yet, and need not be for the answer.
+			{op: "open", epoch: 1, seq: 10, want: Accept, wantAnswers: []Ack{{Open: true, Epoch: 1, ReqSeq: 10, Next: 10}}},
+			{op: "data", epoch: 1, seq: 9, want: Duplicate},
+			{op: "data", epoch: 1, seq: 10, want: Accept},
+			{op: "consumed", seq: 2, want: Accept}, // the old run's consumption, late: nothing to answer
+			{op: "req", epoch: 1, seq: 11, want: Accept},
+			{op: "consumed", seq: 11, want: Accept, wantAnswers: []Ack{{Epoch: 1, ReqSeq: 11, Count: 1, Next: 11}}},
+		}},
 		{"an Open ack comes before a pending request's ack", []step{
 			{op: "open", epoch: 1, seq: 0, want: Accept, wantAnswers: []Ack{{Open: true, Epoch: 1}}},
 			{op: "data", epoch: 1, seq: 0, want: Accept},
@@ -166,11 +180,12 @@ func TestReceiverStats(t *testing.T) {
 	r.Answer() // the Open ack
 	r.Answer() // the request's ack
 	r.OnOpen(3, 0)
-	want := ReceiverStats{Accepted: 1, Duplicates: 1, Gaps: 1, Stale: 1, Unopened: 1, Opens: 2, Resets: 1, AckRequests: 1, Acks: 2}
+	r.OnOpen(3, 4) // the source skips 0..3
+	want := ReceiverStats{Accepted: 1, Duplicates: 1, Gaps: 1, Stale: 1, Unopened: 1, Opens: 3, Resets: 1, Skipped: 4, AckRequests: 1, Acks: 2}
 	if got := r.Stats(); got != want {
 		t.Fatalf("Stats() = %+v, want %+v", got, want)
 	}
-	if r.Epoch() != 3 || r.Next() != 0 || !r.IsOpen() {
+	if r.Epoch() != 3 || r.Next() != 4 || !r.IsOpen() {
 		t.Fatalf("after reset: epoch %d next %d open %v", r.Epoch(), r.Next(), r.IsOpen())
 	}
 }
