@@ -448,7 +448,9 @@ func (n *Node) abort(c *conn, err error) {
 // Close shuts the node down gracefully: it waits, until ctx ends, for every
 // message sent to be acknowledged, tells its peers with GOAWAY, and closes
 // everything. It returns ctx's error if it had to drop unacknowledged
-// messages.
+// messages; messages to a peer that refused this node, which no ack will
+// ever come for, it drops without waiting, and returns that refusal
+// (errors.Is ErrRejected).
 func (n *Node) Close(ctx context.Context) error {
 	var err error
 	for _, p := range n.peers() {
