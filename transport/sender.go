@@ -421,11 +421,24 @@ func (s *Sender) Flush(ctx context.Context) error {
 // dropped. Call Flush first to close gracefully.
 func (s *Sender) Close() error {
 	ch := s.ch
+	// The channel is closed in the same hold of its lock that takes its
+	// connection and number: a reconnect (Peer.attach) after a release in
+	// between would give it a number on the new connection that nothing
+	// retires, and leave it open at the receiver for that connection's
+	// life.
 	ch.mu.Lock()
 	c, num := ch.mu.conn, ch.mu.num
 	wasOpen := !ch.mu.closed
+	if wasOpen {
+		ch.shutLocked()
+	}
 	ch.mu.Unlock()
-	ch.shut()
+	if testHookClosed != nil {
+		testHookClosed(ch)
+	}
+	if wasOpen {
+		ch.wakeShut()
+	}
 	ch.peer.removeChannel(ch)
 	if wasOpen && c != nil {
 		c.mu.Lock()
@@ -438,6 +451,10 @@ func (s *Sender) Close() error {
 	}
 	return nil
 }
+
+// testHookClosed, set only by tests, runs in Sender.Close once the
+// channel's lock is released, before its number is retired.
+var testHookClosed func(*channel)
 
 // shut marks the channel closed and releases its retained bytes.
 func (ch *channel) shut() {
