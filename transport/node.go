@@ -295,7 +295,8 @@ func (n *Node) handle(target taskid.ID, h Handler, inline bool) error {
 
 // HandleAll makes newHandler supply the handler of every target task that
 // has none when its first channel opens, for receivers that do not know
-// their tasks in advance (loadgen serve).
+// their tasks in advance (loadgen serve). Once the node is closing it does
+// nothing.
 func (n *Node) HandleAll(newHandler func(target taskid.ID) Handler) {
 	n.handleAll(newHandler, false)
 }
@@ -309,6 +310,9 @@ func (n *Node) HandleAllInline(newHandler func(target taskid.ID) Handler) {
 func (n *Node) handleAll(newHandler func(target taskid.ID) Handler, inline bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.mu.closed {
+		return
+	}
 	n.mu.newHandler, n.mu.newInline = newHandler, inline
 	for target, in := range n.mu.inboxes {
 		in.mu.Lock()
@@ -354,13 +358,19 @@ func (n *Node) inboxLocked(target taskid.ID) *inbox {
 
 // recvState returns the receiving state of (source, target), made on the
 // pair's first OPEN; it fails with taskid.ErrTooManyChannels when that
-// would pass the limit of [WithMaxReceivers].
+// would pass the limit of [WithMaxReceivers], and with ErrClosed once the
+// node is shutting down: a loop goes on decoding OPENs until shutdown
+// closes its connection, and the target inbox a new pair may start would
+// be missing from the inboxes shutdown stops and waits for.
 func (n *Node) recvState(source, target taskid.ID) (*recvState, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := pair{source, target}
 	rs, ok := n.mu.recv[k]
 	if !ok {
+		if n.mu.closed {
+			return nil, fmt.Errorf("%w: node shutting down, not opening %v -> %v", ErrClosed, source, target)
+		}
 		if len(n.mu.recv) >= n.o.maxReceivers {
 			return nil, fmt.Errorf("%w: %v -> %v would be this node's receiving pair number %d, over its limit (WithMaxReceivers)",
 				taskid.ErrTooManyChannels, source, target, len(n.mu.recv)+1)
@@ -438,7 +448,9 @@ func (n *Node) abort(c *conn, err error) {
 // Close shuts the node down gracefully: it waits, until ctx ends, for every
 // message sent to be acknowledged, tells its peers with GOAWAY, and closes
 // everything. It returns ctx's error if it had to drop unacknowledged
-// messages.
+// messages; messages to a peer that refused this node, which no ack will
+// ever come for, it drops without waiting, and returns that refusal
+// (errors.Is ErrRejected).
 func (n *Node) Close(ctx context.Context) error {
 	var err error
 	for _, p := range n.peers() {

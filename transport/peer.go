@@ -241,6 +241,28 @@ func (p *Peer) removeChannel(ch *channel) {
 	p.mu.Unlock()
 }
 
+// refuseLocked records the peer's refusal of this node and closes its
+// channels with it: nothing sent on them will ever be acknowledged, and
+// their senders (and Node.Close) would otherwise wait for credit and acks
+// forever. The channels are closed before the refusal is stored, so that
+// whoever reads it from Err finds them closed; OpenSender, under p.mu like
+// this, opens none after it. The caller holds p.mu and broadcasts drained
+// and budget once it released it.
+func (p *Peer) refuseLocked(refusal error) {
+	if p.refused.Load() != nil {
+		return // another connection slot was refused first
+	}
+	for _, ch := range p.mu.channels {
+		ch.mu.Lock()
+		closed := ch.refuseLocked(refusal)
+		ch.mu.Unlock()
+		if closed {
+			ch.credit.broadcast()
+		}
+	}
+	p.refused.Store(&refusal)
+}
+
 // dialLoop keeps one connection slot up until the peer is closed.
 func (p *Peer) dialLoop(slot int) {
 	defer p.wg.Done()
@@ -271,8 +293,7 @@ func (p *Peer) dialLoop(slot int) {
 		p.mu.Lock()
 		p.mu.lastErr = err
 		if errors.Is(err, ErrRejected) || errors.Is(err, wire.ErrVersion) || errors.Is(err, ErrAuthFailed) {
-			refusal := fmt.Errorf("transport: %s: %w: %w", p.addr, ErrRejected, err)
-			p.refused.Store(&refusal)
+			p.refuseLocked(fmt.Errorf("transport: %s: %w: %w", p.addr, ErrRejected, err))
 			p.mu.Unlock()
 			n.log.Error("sluice: peer refused this node; not redialing", "peer", p.addr, "err", err)
 			p.drained.broadcast()

@@ -77,7 +77,10 @@ func (c *conn) read() (keep, done bool) {
 		}
 		stats.wireIn.Add(uint64(n))
 		if err := c.handle(f); err != nil {
-			if c.goaway != nil {
+			// A node shutting down closes its connections itself (the
+			// open ones after a GOAWAY SHUTDOWN): an OPEN it refuses for
+			// that is no fault of the peer's.
+			if c.goaway != nil || errors.Is(err, ErrClosed) {
 				c.close(err)
 				return false, false
 			}

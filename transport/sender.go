@@ -101,8 +101,9 @@ func (s *Sender) Channel() taskid.Channel { return s.ch.key }
 
 // Send copies payload into the channel, to be sent with timestamp ts. It
 // blocks while the channel's window or the peer's budget is full, until
-// credit is freed, the sender is closed, or ctx ends. The payload may be
-// reused as soon as Send returns.
+// credit is freed, the sender is closed, the peer refuses this node (Send
+// then returns the refusal, errors.Is ErrRejected), or ctx ends. The
+// payload may be reused as soon as Send returns.
 func (s *Sender) Send(ctx context.Context, ts int64, payload []byte) error {
 	for {
 		err := s.ch.push(ts, payload)
@@ -382,7 +383,10 @@ func (ch *channel) waitCredit(ctx context.Context, ts int64, size int) error {
 }
 
 // Flush blocks until every message sent so far has been consumed by the
-// target task and acknowledged, the sender is closed, or ctx ends.
+// target task and acknowledged, the sender is closed, or ctx ends. With
+// messages unacknowledged on a closed sender it returns why the sender
+// closed: ErrClosed after Close, the peer's refusal of this node
+// (errors.Is ErrRejected), or a [ChannelError].
 func (s *Sender) Flush(ctx context.Context) error {
 	ch := s.ch
 	ch.writeOwnTail()
@@ -417,11 +421,24 @@ func (s *Sender) Flush(ctx context.Context) error {
 // dropped. Call Flush first to close gracefully.
 func (s *Sender) Close() error {
 	ch := s.ch
+	// The channel is closed in the same hold of its lock that takes its
+	// connection and number: a reconnect (Peer.attach) after a release in
+	// between would give it a number on the new connection that nothing
+	// retires, and leave it open at the receiver for that connection's
+	// life.
 	ch.mu.Lock()
 	c, num := ch.mu.conn, ch.mu.num
 	wasOpen := !ch.mu.closed
+	if wasOpen {
+		ch.shutLocked()
+	}
 	ch.mu.Unlock()
-	ch.shut()
+	if testHookClosed != nil {
+		testHookClosed(ch)
+	}
+	if wasOpen {
+		ch.wakeShut()
+	}
 	ch.peer.removeChannel(ch)
 	if wasOpen && c != nil {
 		c.mu.Lock()
@@ -435,23 +452,55 @@ func (s *Sender) Close() error {
 	return nil
 }
 
+// testHookClosed, set only by tests, runs in Sender.Close once the
+// channel's lock is released, before its number is retired.
+var testHookClosed func(*channel)
+
 // shut marks the channel closed and releases its retained bytes.
 func (ch *channel) shut() {
 	ch.mu.Lock()
-	if ch.mu.closed {
-		ch.mu.Unlock()
-		return
+	closing := !ch.mu.closed
+	if closing {
+		ch.shutLocked()
 	}
+	ch.mu.Unlock()
+	if closing {
+		ch.wakeShut()
+	}
+}
+
+// shutLocked is shut for a caller that holds ch.mu and found the channel
+// open; once it releases ch.mu, it calls wakeShut.
+func (ch *channel) shutLocked() {
 	ch.mu.closed = true
 	ch.peer.charged.Add(-int64(ch.mu.src.Footprint()))
 	ch.peer.idle.Add(-ch.mu.idle)
 	ch.mu.idle = 0
 	ch.mu.conn = nil
-	ch.mu.Unlock()
 	ch.peer.nchannels.Add(-1)
+}
+
+// wakeShut wakes whoever waits on a channel that shutLocked closed: its
+// senders waiting for credit, producers waiting for the peer's budget,
+// and Flush.
+func (ch *channel) wakeShut() {
 	ch.credit.broadcast()
 	ch.peer.budget.broadcast()
 	ch.peer.drained.broadcast()
+}
+
+// refuseLocked closes the channel because its peer refused this node: its
+// senders, and a Flush waiting for its messages, get refusal, wrapped in a
+// ChannelError, from now on. It reports whether the channel was open, in
+// which case the caller, once it released ch.mu, wakes its waiters as
+// wakeShut does.
+func (ch *channel) refuseLocked(refusal error) bool {
+	if ch.mu.closed {
+		return false
+	}
+	ch.mu.err = &ChannelError{Channel: ch.key, Err: refusal}
+	ch.shutLocked()
+	return true
 }
 
 // fail closes the channel because the receiver broke its protocol: its

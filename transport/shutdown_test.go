@@ -1,0 +1,95 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/taskid"
+)
+
+// unstoppedInboxes counts n's inboxes whose goroutine shutdown has not
+// told to stop.
+func unstoppedInboxes(n *Node) (unstopped, all int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, in := range n.mu.inboxes {
+		select {
+		case <-in.stop:
+		default:
+			unstopped++
+		}
+	}
+	return unstopped, len(n.mu.inboxes)
+}
+
+func TestANodeShuttingDownOpensNoNewReceivingPair(t *testing.T) {
+	rx := listeningNode(t, nil)
+	rx.HandleAll(func(taskid.ID) Handler { return func(taskid.Channel, uint64, []Message) {} })
+	known := taskid.ID{Processor: 1}
+	if _, err := rx.recvState(taskid.ID{}, known); err != nil {
+		t.Fatal(err)
+	}
+	rx.Abort()
+	// What a loop still decoding OPENs when shutdown closed its
+	// connections asks for.
+	if _, err := rx.recvState(taskid.ID{}, taskid.ID{Processor: 2}); !errors.Is(err, ErrClosed) {
+		t.Errorf("a new pair's receiving state after Abort: err %v, want ErrClosed", err)
+	}
+	if _, err := rx.recvState(taskid.ID{}, known); err != nil {
+		t.Errorf("the receiving state of a pair known before Abort: %v, want it as it was", err)
+	}
+	if unstopped, _ := unstoppedInboxes(rx); unstopped != 0 {
+		t.Errorf("%d inboxes were started after shutdown stopped the others", unstopped)
+	}
+}
+
+func TestAbortReturnsWhileAPeerKeepsOpeningChannels(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be []Option) {
+		for round := range 20 {
+			// Not aborted at cleanup: after a hang, that would hang too.
+			rx, err := NewNode(append([]Option{WithListen("127.0.0.1:0"), WithMaxReceivers(1 << 20)}, be...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rx.HandleAll(func(taskid.ID) Handler { return func(taskid.Channel, uint64, []Message) {} })
+			tx := testNode(t, be...)
+			p, err := tx.Peer(rx.Addr())
+			if err != nil {
+				rx.Abort()
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			opening := make(chan struct{})
+			go func() {
+				defer close(opening)
+				for i := uint32(0); ctx.Err() == nil; i++ {
+					s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1, Index: i})
+					if err != nil {
+						return
+					}
+					_ = s.TrySend(1, []byte("x"))
+				}
+			}()
+			// Abort once OPENs stream in, a little later each round.
+			for _, all := unstoppedInboxes(rx); all < 20*(round+1); _, all = unstoppedInboxes(rx) {
+				time.Sleep(time.Millisecond)
+			}
+			aborted := make(chan struct{})
+			go func() { rx.Abort(); close(aborted) }()
+			select {
+			case <-aborted:
+			case <-time.After(20 * time.Second): // hang guard
+				unstopped, all := unstoppedInboxes(rx)
+				t.Fatalf("round %d: Abort has not returned; %d of its %d inboxes were never told to stop", round, unstopped, all)
+			}
+			if unstopped, all := unstoppedInboxes(rx); unstopped != 0 {
+				t.Fatalf("round %d: after Abort, %d of %d inboxes were never told to stop", round, unstopped, all)
+			}
+			cancel()
+			tx.Abort()
+			<-opening
+		}
+	})
+}
