@@ -71,8 +71,14 @@ type Peer struct {
 		// that PeerStats.Traffic stays cumulative.
 		gone     ConnStats
 		channels map[taskid.Channel]*channel
-		lastErr  error // why the last connection attempt or connection failed
-		closed   bool
+		// resume is, for each channel closed on this peer, the sequence
+		// number its next message would have had: a channel opened again
+		// with the same key (the same epoch) goes on from there, since
+		// the receiver keeps the pair's state and takes a sequence number
+		// once per epoch. A few bytes a key ever closed.
+		resume  map[taskid.Channel]uint64
+		lastErr error // why the last connection attempt or connection failed
+		closed  bool
 	}
 }
 
@@ -91,6 +97,7 @@ func newPeer(n *Node, addr string) *Peer {
 	p.mu.conns = make([]*conn, n.o.connsPerPeer)
 	p.mu.everUp = make([]bool, n.o.connsPerPeer)
 	p.mu.channels = make(map[taskid.Channel]*channel)
+	p.mu.resume = make(map[taskid.Channel]uint64)
 	for slot := range n.o.connsPerPeer {
 		p.wg.Add(1)
 		go p.dialLoop(slot)
@@ -175,7 +182,8 @@ func (p *Peer) OpenSenderEpoch(ctx context.Context, source, target taskid.ID, ep
 		return &Sender{ch: ch}, nil
 	}
 	slot := int(p.nextSlot.Add(1)-1) % len(p.mu.conns)
-	ch := newChannel(p, key, slot)
+	ch := newChannel(p, key, slot, p.mu.resume[key])
+	delete(p.mu.resume, key)
 	p.mu.channels[key] = ch
 	p.nchannels.Add(1)
 	if c := p.mu.conns[slot]; c != nil {
@@ -237,6 +245,12 @@ func (p *Peer) removeChannel(ch *channel) {
 	p.mu.Lock()
 	if p.mu.channels[ch.key] == ch {
 		delete(p.mu.channels, ch.key)
+		ch.mu.Lock()
+		_, next := ch.mu.src.Progress()
+		ch.mu.Unlock()
+		if next > 0 {
+			p.mu.resume[ch.key] = next
+		}
 	}
 	p.mu.Unlock()
 }

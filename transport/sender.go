@@ -60,9 +60,11 @@ type channel struct {
 	wakeAt atomic.Int64
 }
 
-func newChannel(p *Peer, key taskid.Channel, slot int) *channel {
+// newChannel makes the channel key, whose first message gets sequence
+// number firstSeq.
+func newChannel(p *Peer, key taskid.Channel, slot int, firstSeq uint64) *channel {
 	ch := &channel{peer: p, key: key, slot: slot, maxPayload: maxPayload(p.node.o.window), fullBatch: fullBatch(p.node.o.batch)}
-	ch.mu.src = flow.New(p.node.o.window, p.node.o.loss, key.Epoch, p.rings)
+	ch.mu.src = flow.New(p.node.o.window, p.node.o.loss, key.Epoch, firstSeq, p.rings)
 	return ch
 }
 

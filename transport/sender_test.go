@@ -1,8 +1,10 @@
 package transport
 
 import (
+	"encoding/binary"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,6 +68,76 @@ func TestAReconnectDuringSenderCloseGivesTheChannelNoNumber(t *testing.T) {
 		}
 		if num, ok := c.mu.outTable.Number(s.Channel()); ok {
 			t.Errorf("the closed channel holds number %d, never to be retired, on the connection that came up while it closed", num)
+		}
+	})
+}
+
+// A sender closed and opened again with the same key (and so the same
+// epoch) goes on where the closed one left off: every message of the
+// second one arrives, in order, whether the first was flushed before it
+// closed or closed with messages still unacknowledged, which it dropped.
+// The receiver keeps the pair's state across the two; had the second
+// started again at sequence number 0, its first messages would have been
+// taken for duplicates of the first one's and dropped, and Flush would
+// have said nothing.
+func TestASenderOpenedAgainAfterCloseLosesNothing(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be []Option) {
+		for _, flushFirst := range []bool{true, false} {
+			rx, _, p := newPairOn(t, be, nil, nil)
+			var mu sync.Mutex
+			var got []uint64 // payload numbers, in arrival order
+			rx.HandleAll(func(taskid.ID) Handler {
+				return func(_ taskid.Channel, _ uint64, msgs []Message) {
+					mu.Lock()
+					for _, m := range msgs {
+						got = append(got, binary.LittleEndian.Uint64(m.Payload))
+					}
+					mu.Unlock()
+				}
+			})
+			ctx := ctxT(t, 20*time.Second) // hang guard
+			src, dst := taskid.ID{Index: 1}, taskid.ID{Processor: 1, Index: 1}
+			send := func(from, n uint64, flush bool) *Sender {
+				t.Helper()
+				s, err := p.OpenSender(ctx, src, dst)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for k := from; k < from+n; k++ {
+					if err := s.Send(ctx, int64(k), payload(k, 100)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if flush {
+					if err := s.Flush(ctx); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return s
+			}
+			first := send(0, 10, flushFirst)
+			if err := first.Close(); err != nil {
+				t.Fatal(err)
+			}
+			second := send(1000, 200, true)
+			mu.Lock()
+			var again []uint64
+			for _, k := range got {
+				if k >= 1000 {
+					again = append(again, k)
+				}
+			}
+			n := len(got)
+			mu.Unlock()
+			if len(again) != 200 || again[0] != 1000 || !slices.IsSorted(again) {
+				t.Errorf("flushed first %v: the second sender's messages arrived as %d of 200, from %v", flushFirst, len(again), again[:min(len(again), 3)])
+			}
+			if flushFirst && n != 210 {
+				t.Errorf("%d messages arrived, want the 10 flushed and the 200 after", n)
+			}
+			if err := second.Close(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }

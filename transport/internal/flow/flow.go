@@ -72,11 +72,12 @@ type Source struct {
 	reqs          []lossdetect.AckRequest // scratch of Effects.Requests
 }
 
-// New returns the source side of a channel at epoch, with a window of wcfg
-// whose rings come from pool (nil: the heap) and a tracker of lcfg. Both
-// configurations must be valid.
-func New(wcfg window.Config, lcfg lossdetect.Config, epoch uint64, pool *window.Pool) *Source {
-	w := window.NewSender(wcfg, 0)
+// New returns the source side of a channel at epoch whose first message
+// gets sequence number firstSeq, with a window of wcfg whose rings come
+// from pool (nil: the heap) and a tracker of lcfg. Both configurations must
+// be valid.
+func New(wcfg window.Config, lcfg lossdetect.Config, epoch, firstSeq uint64, pool *window.Pool) *Source {
+	w := window.NewSender(wcfg, firstSeq)
 	w.UsePool(pool)
 	return &Source{win: w, cfg: lcfg, epoch: epoch}
 }
