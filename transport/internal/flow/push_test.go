@@ -21,7 +21,7 @@ func TestTryPushRunIsTryPushOneByOne(t *testing.T) {
 		cfg := window.DefaultConfig()
 		cfg.MaxMessages, cfg.MaxBytes = 1+rng.IntN(300), 64+rng.IntN(8192)
 		maxPayload := cfg.MaxBytes - wire.MaxMessageHeadLen
-		run, one := New(cfg, lossdetect.DefaultConfig(), 1, nil), New(cfg, lossdetect.DefaultConfig(), 1, nil)
+		run, one := New(cfg, lossdetect.DefaultConfig(), 1, 0, nil), New(cfg, lossdetect.DefaultConfig(), 1, 0, nil)
 		msgs := make([]wire.Message, 1+rng.IntN(400))
 		ts := int64(rng.IntN(1000))
 		for i := range msgs {
@@ -100,7 +100,7 @@ func BenchmarkTryPushRun(b *testing.B) {
 	for i := range msgs {
 		msgs[i] = wire.Message{Ts: int64(i), Payload: bytes.Repeat([]byte{byte(i)}, 100)}
 	}
-	src := New(window.DefaultConfig(), lossdetect.DefaultConfig(), 1, nil)
+	src := New(window.DefaultConfig(), lossdetect.DefaultConfig(), 1, 0, nil)
 	// Grow the rings to their full size so that the loop measures the
 	// steady state.
 	for ts := int64(0); ; ts++ {

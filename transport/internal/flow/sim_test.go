@@ -364,7 +364,7 @@ func run(t *testing.T, seed int, invalidAt int) *sim {
 		pool = window.NewPool(64 << 10)
 	}
 	s := &sim{t: t, seed: seed, p: p, rng: rng, r: lossdetect.NewReceiver(), invalidAt: invalidAt}
-	s.src = New(p.win, lossdetect.DefaultConfig(), 1, pool)
+	s.src = New(p.win, lossdetect.DefaultConfig(), 1, 0, pool)
 	s.up = true
 	s.src.Attach(0)
 	for i := range p.resets {
