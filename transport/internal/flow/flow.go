@@ -57,6 +57,7 @@ type Source struct {
 	trk   *lossdetect.Tracker // nil until the first Attach
 	cfg   lossdetect.Config
 	epoch uint64
+	first uint64 // the first message's sequence number
 
 	attached    bool // on a connection (Attach, until Detach)
 	openPending bool // attached: the next Fill hands out the OPEN first
@@ -79,7 +80,7 @@ type Source struct {
 func New(wcfg window.Config, lcfg lossdetect.Config, epoch, firstSeq uint64, pool *window.Pool) *Source {
 	w := window.NewSender(wcfg, firstSeq)
 	w.UsePool(pool)
-	return &Source{win: w, cfg: lcfg, epoch: epoch}
+	return &Source{win: w, cfg: lcfg, epoch: epoch, first: firstSeq}
 }
 
 // Attach records that the channel was put on a connection: the next Fill
@@ -326,8 +327,8 @@ func (s *Source) NextDeadline() (int64, bool) {
 
 // Stats returns the Source's counters.
 func (s *Source) Stats() Stats {
-	// The window numbers the messages from 0 (New), so NextSeq counts them.
-	st := Stats{Sent: s.win.NextSeq(), Bytes: s.bytes, Resent: s.resent, Unsent: s.win.Unsent(), WindowBytes: s.win.Footprint()}
+	// The window numbers the messages from firstSeq (New).
+	st := Stats{Sent: s.win.NextSeq() - s.first, Bytes: s.bytes, Resent: s.resent, Unsent: s.win.Unsent(), WindowBytes: s.win.Footprint()}
 	st.Unacked, st.UnackedBytes = s.win.Retained()
 	if s.trk != nil {
 		st.Tracker = s.trk.Stats()

@@ -132,6 +132,7 @@ func payloadFor(i, maxPayload int) []byte {
 type sim struct {
 	t     *testing.T
 	seed  int
+	base  uint64 // the first message's sequence number
 	p     profile
 	rng   *rand.Rand
 	now   int64
@@ -273,7 +274,7 @@ func (s *sim) sendRun(n int) {
 			s.fail("message %d of the run: %v", i, err)
 		}
 		seq := h.FirstSeq + uint64(i)
-		if m.Ts != tsFor(int(seq)) || !bytes.Equal(m.Payload, payloadFor(int(seq), s.p.maxPayload)) {
+		if m.Ts != tsFor(int(seq-s.base)) || !bytes.Equal(m.Payload, payloadFor(int(seq-s.base), s.p.maxPayload)) {
 			s.fail("seq %d went out as ts %d and %d bytes that are not its payload", seq, m.Ts, len(m.Payload))
 		}
 		s.transmit(&pkt{kind: pktData, epoch: 1, seq: seq, payload: bytes.Clone(m.Payload)}, evToTarget) // the batch is reused
@@ -314,7 +315,7 @@ func (s *sim) atTarget(p *pkt) {
 	case pktData:
 		if s.r.OnData(p.epoch, p.seq) == lossdetect.Accept {
 			s.inbox = append(s.inbox, p.seq)
-			if !bytes.Equal(p.payload, payloadFor(int(p.seq), s.p.maxPayload)) {
+			if !bytes.Equal(p.payload, payloadFor(int(p.seq-s.base), s.p.maxPayload)) {
 				s.fail("seq %d arrived with another payload", p.seq)
 			}
 			if !s.consuming {
@@ -329,8 +330,8 @@ func (s *sim) atTarget(p *pkt) {
 func (s *sim) consume() {
 	seq := s.inbox[0]
 	s.inbox = s.inbox[1:]
-	if seq != uint64(s.delivered) {
-		s.fail("delivered seq %d, want %d", seq, s.delivered)
+	if seq != s.base+uint64(s.delivered) {
+		s.fail("delivered seq %d, want %d", seq, s.base+uint64(s.delivered))
 	}
 	s.delivered++
 	s.r.Consumed(seq + 1)
@@ -364,7 +365,10 @@ func run(t *testing.T, seed int, invalidAt int) *sim {
 		pool = window.NewPool(64 << 10)
 	}
 	s := &sim{t: t, seed: seed, p: p, rng: rng, r: lossdetect.NewReceiver(), invalidAt: invalidAt}
-	s.src = New(p.win, lossdetect.DefaultConfig(), 1, 0, pool)
+	if seed%2 == 1 { // a channel opened where a closed one left off
+		s.base = rng.Uint64N(1 << 40)
+	}
+	s.src = New(p.win, lossdetect.DefaultConfig(), 1, s.base, pool)
 	s.up = true
 	s.src.Attach(0)
 	for i := range p.resets {
