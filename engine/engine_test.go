@@ -346,3 +346,38 @@ func TestPipelineSumsAreExactUnderCrashes(t *testing.T) {
 		})
 	}
 }
+
+// lateEmitter gives each output a timestamp later than its input's.
+type lateEmitter struct{}
+
+func (lateEmitter) Process(in []engine.Message, out *engine.Emitter) error {
+	for _, m := range in {
+		out.Emit(m.Ts+5, m.Key, m.Payload)
+	}
+	return nil
+}
+
+// A task that gives an output another timestamp than its input's fails,
+// saying so, rather than let a later recovery lose the output.
+func TestATaskEmittingOutsideItsInputsTimestampsFails(t *testing.T) {
+	job := &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
+				return &jobs.GenSource{Size: 24, Limit: 1000}, nil
+			}},
+			{Name: "late", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return lateEmitter{}, nil }},
+			{Name: "sink", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return keepTask{got: make(chan string, 2000)}, nil }},
+		},
+		Edges: []engine.Edge{{From: "gen", To: "late", Partitioner: engine.RoundRobin}, {From: "late", To: "sink", Partitioner: engine.RoundRobin}},
+	}
+	c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true, Restart: engine.RestartPolicy{MaxRestarts: engine.NoRestarts}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+	defer cancel()
+	_, err = c.Run(ctx)
+	if !errors.Is(err, engine.ErrRestartsExhausted) || !strings.Contains(err.Error(), "emitted a message with timestamp") {
+		t.Fatalf("run ended with %v, want the task's failure for its output's timestamp", err)
+	}
+}

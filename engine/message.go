@@ -86,6 +86,22 @@ func hashKey(key []byte) uint64 {
 // one task and is not safe for concurrent use.
 type Emitter struct {
 	edges []emitEdge
+	// While a task processes a run, lo and hi bound the timestamps its
+	// outputs may have; stray is the first one emitted outside them.
+	bounded, strayed bool
+	lo, hi, stray    int64
+}
+
+// bound makes Emit check that every timestamp lies in [lo, hi], the
+// timestamps of the run being processed, until unbound.
+func (e *Emitter) bound(lo, hi int64) {
+	e.bounded, e.strayed, e.lo, e.hi = true, false, lo, hi
+}
+
+// unbound ends bound and reports the first timestamp emitted outside it.
+func (e *Emitter) unbound() (stray int64, strayed bool) {
+	e.bounded = false
+	return e.stray, e.strayed
 }
 
 type emitEdge struct {
@@ -120,10 +136,18 @@ func (o *outBuf) reset() {
 
 // Emit sends a message with timestamp ts, key and payload to every
 // outgoing edge, partitioned by the edge's [Partitioner]. Key and payload
-// are copied. A task should give its outputs the timestamp of the input
-// that caused them (never an earlier one): the global clock and replay rely
-// on it.
+// are copied. A task must give each output exactly the timestamp of the
+// input that caused it: the global clock and recovery rely on it. An
+// earlier one could fall below what the clock has let go of; a later one
+// can cross a checkpoint time Tc that its input is below, and then, after a
+// recovery to Tc, neither the input (inside the checkpoint) is replayed nor
+// the output (not in its target's checkpoint) is sent again: it is lost.
+// An output whose timestamp is outside the timestamps of the run being
+// processed fails the task when Process returns.
 func (e *Emitter) Emit(ts int64, key, payload []byte) {
+	if e.bounded && (ts < e.lo || ts > e.hi) && !e.strayed {
+		e.strayed, e.stray = true, ts
+	}
 	for i := range e.edges {
 		ed := &e.edges[i]
 		n := len(ed.targets)

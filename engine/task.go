@@ -74,6 +74,7 @@ func (t *taskRun) processLocked(msgs []transport.Message) error {
 	w := t.inc.w
 	in := t.msgs[:0]
 	var filtered, late int64
+	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
 	for _, m := range msgs {
 		if m.Ts < t.restore {
 			filtered++
@@ -86,6 +87,7 @@ func (t *taskRun) processLocked(msgs []transport.Message) error {
 		if m.Ts < t.persisted {
 			late++
 		}
+		lo, hi = min(lo, m.Ts), max(hi, m.Ts)
 		in = append(in, dm)
 	}
 	t.msgs = in
@@ -113,7 +115,13 @@ func (t *taskRun) processLocked(msgs []transport.Message) error {
 			}
 		}
 	}
-	if err := t.task.Process(in, &t.out.em); err != nil {
+	t.out.em.bound(lo, hi)
+	err := t.task.Process(in, &t.out.em)
+	if stray, strayed := t.out.em.unbound(); err == nil && strayed {
+		err = fmt.Errorf("engine: task %v emitted a message with timestamp %d while processing inputs of %d to %d: "+
+			"each output must have the timestamp of the input that caused it, or recovery loses it", t.id, stray, lo, hi)
+	}
+	if err != nil {
 		return err
 	}
 	if t.copied {
