@@ -830,10 +830,13 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 		if err := c.journalCommit(gen, keep); err != nil {
 			return nil, err
 		}
+		// Raised before the call: a worker may cut its logs to keep even
+		// if the call fails at another, and a recovery must not then
+		// restore from below it.
+		c.logFloor = max(c.logFloor, keep)
 		if _, err := c.all(ctx, Request{Op: "commit", Gen: gen, Ts: keep}); err != nil {
 			return nil, err
 		}
-		c.logFloor = max(c.logFloor, keep)
 		done := time.Now()
 		c.log.Debug("engine: checkpoint", "ts", tc, "step", c.step, "interval", c.interval, "took", done.Sub(ckptStart))
 		took = done.Sub(ckptStart)
