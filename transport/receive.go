@@ -91,10 +91,16 @@ func (rs *recvState) detach(c *conn, num uint32) {
 
 func (rs *recvState) onAckRequest(c *conn, r wire.AckRequest) {
 	rs.mu.Lock()
-	if rs.mu.r.OnAckRequest(r.Epoch, r.Seq) == lossdetect.Stale {
+	switch rs.mu.r.OnAckRequest(r.Epoch, r.Seq) {
+	case lossdetect.Stale:
 		rs.mu.Unlock()
 		c.stats.stale.Add(1)
 		return
+	case lossdetect.Accept:
+		// Acks go where the source asks for them: an OPEN read late from
+		// a connection that had broken already would otherwise send them
+		// there, and the channel would stall until its next OPEN.
+		rs.mu.conn, rs.mu.num = c, r.Channel
 	}
 	rs.answerLocked()
 }
