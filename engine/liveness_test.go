@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -313,4 +315,62 @@ func TestAWorkerThatCannotStartAGenerationFailsTheRun(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), errNoTask.Error()) {
 		t.Fatalf("run ended with %v, want the task's error %q", err, errNoTask)
 	}
+}
+
+// sparseSource reads record i (payload: i at bytes 8..16) at timestamp
+// (i/50)*100,000 + i%50: runs of 50 records far apart.
+type sparseSource struct {
+	n, next uint64
+	buf     []byte
+}
+
+func sparseTs(i uint64) int64 { return int64(i/50)*100_000 + int64(i%50) }
+
+func (s *sparseSource) Start(next int64) error {
+	for s.next = 0; s.next < s.n && sparseTs(s.next) < next; s.next++ {
+	}
+	return nil
+}
+
+func (s *sparseSource) Read(dst []engine.Record, limit int64) ([]engine.Record, int64, error) {
+	if s.next >= s.n {
+		return dst, math.MaxInt64, io.EOF
+	}
+	for k := 0; k < 64 && s.next < s.n && sparseTs(s.next) < limit; k++ {
+		p := make([]byte, 16)
+		binary.LittleEndian.PutUint64(p[8:], s.next)
+		dst = append(dst, engine.Record{Ts: sparseTs(s.next), Payload: p})
+		s.next++
+	}
+	if s.next >= s.n {
+		return dst, math.MaxInt64, nil
+	}
+	return dst, sparseTs(s.next), nil
+}
+
+// TestRecoveryReplaysASparseSourcesLogToTheEnd: a source whose timestamps
+// come in runs far apart is replayed after each crash up to a record at or
+// beyond the horizon; its clock must then be that record's time, not the
+// last one replayed, or the global clock stays below the next checkpoint,
+// which is what would raise the horizon, and the replay waits for ever.
+func TestRecoveryReplaysASparseSourcesLogToTheEnd(t *testing.T) {
+	const n, limit = 2000, 700
+	job := &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return &sparseSource{n: n}, nil }},
+			{Name: "sum", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return &crashAfter{limit: limit}, nil }},
+		},
+		Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.Hash}},
+	}
+	c, err := engine.NewCoordinator(job, engine.Config{Dir: filepath.Join(t.TempDir(), "data"), NoSync: true,
+		InitialInterval: 1000, CheckpointEvery: 5 * time.Millisecond,
+		Restart: engine.RestartPolicy{MaxRestarts: 200, Window: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := runSummed(t, c, n)
+	if res.Recoveries < 2 {
+		t.Errorf("%d recoveries: the replays were not exercised", res.Recoveries)
+	}
+	t.Logf("recoveries %d checkpoints %d", res.Recoveries, res.Checkpoints)
 }

@@ -274,6 +274,7 @@ func (s *sourceRun) loop() error {
 	}
 	// Replay what the log holds from the checkpoint on, below the horizon.
 	err := s.log.Replay(s.restore, func(recs []Record) error {
+		waiting := false
 		for len(recs) > 0 {
 			s.checkCrash()
 			h := s.inc.horizon.Load()
@@ -282,6 +283,17 @@ func (s *sourceRun) loop() error {
 				n++
 			}
 			if n == 0 {
+				// Nothing is below the horizon: the source's clock is the
+				// next record's time, which may be far past the last one
+				// replayed (sparse timestamps). Reporting less would hold
+				// the global clock below the checkpoint that raises the
+				// horizon, and the replay would wait for ever.
+				if !waiting {
+					if _, err := s.out.flush(ctx, recs[0].Ts); err != nil {
+						return err
+					}
+					waiting = true
+				}
 				select {
 				case <-ctx.Done():
 					return ctx.Err()
@@ -294,6 +306,7 @@ func (s *sourceRun) loop() error {
 			}
 			next = recs[n-1].Ts + 1
 			recs = recs[n:]
+			waiting = false
 		}
 		return nil
 	})
