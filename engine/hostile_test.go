@@ -22,6 +22,18 @@ func (idleSource) Read(dst []engine.Record, _ int64) ([]engine.Record, int64, er
 	return dst, 0, io.EOF
 }
 
+// srcSinkJob is an idle source feeding a keepTask that hands what it
+// processes to got.
+func srcSinkJob(got chan<- string) *engine.Job {
+	return &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "src", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return idleSource{}, nil }},
+			{Name: "sink", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return keepTask{got}, nil }},
+		},
+		Edges: []engine.Edge{{From: "src", To: "sink", Partitioner: engine.RoundRobin}},
+	}
+}
+
 // keepTask hands every payload it processes to got.
 type keepTask struct{ got chan<- string }
 
@@ -40,13 +52,7 @@ func (k keepTask) Process(in []engine.Message, _ *engine.Emitter) error {
 // nothing after it is processed.
 func TestAMalformedMessageFromAForeignPeerFailsTheTaskClearly(t *testing.T) {
 	got := make(chan string, 16)
-	job := &engine.Job{
-		Procs: []engine.Proc{
-			{Name: "src", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return idleSource{}, nil }},
-			{Name: "sink", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return keepTask{got}, nil }},
-		},
-		Edges: []engine.Edge{{From: "src", To: "sink", Partitioner: engine.RoundRobin}},
-	}
+	job := srcSinkJob(got)
 	w, err := engine.NewWorker(job, engine.WorkerConfig{Dir: t.TempDir(), NoSync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -126,13 +132,7 @@ func TestAMalformedMessageFromAForeignPeerFailsTheTaskClearly(t *testing.T) {
 // saying so, and the generation that runs goes on. (A task placed on a
 // node beyond the addresses used to panic the worker's process.)
 func TestAStartCommandThatDoesNotFitTheJobIsRefused(t *testing.T) {
-	job := &engine.Job{
-		Procs: []engine.Proc{
-			{Name: "src", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return idleSource{}, nil }},
-			{Name: "sink", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return keepTask{make(chan string, 1)}, nil }},
-		},
-		Edges: []engine.Edge{{From: "src", To: "sink", Partitioner: engine.RoundRobin}},
-	}
+	job := srcSinkJob(make(chan string, 1))
 	w, err := engine.NewWorker(job, engine.WorkerConfig{Dir: t.TempDir(), NoSync: true})
 	if err != nil {
 		t.Fatal(err)

@@ -91,20 +91,27 @@ func (c *crashAfter) Finish() ([]byte, error) { return c.Snapshot(nil) }
 // every message summed once.
 func TestProgressWhenEveryGenerationFailsAfterTheSameWork(t *testing.T) {
 	const n, limit = 400000, 60000
+	// The first interval is beyond what a generation processes; the
+	// learned ones (100 ms of the clock's progress) too, unless the
+	// machine is slower than 1.2 M messages a second.
+	runCrashingAfter(t, func() engine.Source { return &jobs.GenSource{Size: 24, Limit: n} }, n, limit, 200000, 100*time.Millisecond)
+}
+
+// runCrashingAfter runs source into a crashAfter sink that fails every
+// generation after limit messages, checkpointing first at initial and then
+// every ckptEvery, and checks that the n messages were summed once each,
+// after two recoveries at least.
+func runCrashingAfter(t *testing.T, source func() engine.Source, n uint64, limit int, initial int64, ckptEvery time.Duration) {
+	t.Helper()
 	job := &engine.Job{
 		Procs: []engine.Proc{
-			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
-				return &jobs.GenSource{Size: 24, Limit: n}, nil
-			}},
+			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return source(), nil }},
 			{Name: "sum", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return &crashAfter{limit: limit}, nil }},
 		},
 		Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.Hash}},
 	}
-	// The first interval is beyond what a generation processes; the
-	// learned ones (100 ms of the clock's progress) too, unless the
-	// machine is slower than 1.2 M messages a second.
 	c, err := engine.NewCoordinator(job, engine.Config{Dir: filepath.Join(t.TempDir(), "data"), NoSync: true,
-		InitialInterval: 200000, CheckpointEvery: 100 * time.Millisecond,
+		InitialInterval: initial, CheckpointEvery: ckptEvery,
 		Restart: engine.RestartPolicy{MaxRestarts: 200, Window: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -354,23 +361,5 @@ func (s *sparseSource) Read(dst []engine.Record, limit int64) ([]engine.Record, 
 // last one replayed, or the global clock stays below the next checkpoint,
 // which is what would raise the horizon, and the replay waits for ever.
 func TestRecoveryReplaysASparseSourcesLogToTheEnd(t *testing.T) {
-	const n, limit = 2000, 700
-	job := &engine.Job{
-		Procs: []engine.Proc{
-			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return &sparseSource{n: n}, nil }},
-			{Name: "sum", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return &crashAfter{limit: limit}, nil }},
-		},
-		Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.Hash}},
-	}
-	c, err := engine.NewCoordinator(job, engine.Config{Dir: filepath.Join(t.TempDir(), "data"), NoSync: true,
-		InitialInterval: 1000, CheckpointEvery: 5 * time.Millisecond,
-		Restart: engine.RestartPolicy{MaxRestarts: 200, Window: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := runSummed(t, c, n)
-	if res.Recoveries < 2 {
-		t.Errorf("%d recoveries: the replays were not exercised", res.Recoveries)
-	}
-	t.Logf("recoveries %d checkpoints %d", res.Recoveries, res.Checkpoints)
+	runCrashingAfter(t, func() engine.Source { return &sparseSource{n: 2000} }, 2000, 700, 1000, 5*time.Millisecond)
 }

@@ -49,13 +49,7 @@ func TestServeWorkerEndsOnARequestThatIsNotOne(t *testing.T) {
 // worker goes on to answer the next request. (It used to panic the worker
 // process.)
 func TestServeWorkerAnswersABadStartWithAnError(t *testing.T) {
-	job := &engine.Job{
-		Procs: []engine.Proc{
-			{Name: "src", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return idleSource{}, nil }},
-			{Name: "sink", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return keepTask{make(chan string, 1)}, nil }},
-		},
-		Edges: []engine.Edge{{From: "src", To: "sink", Partitioner: engine.RoundRobin}},
-	}
+	job := srcSinkJob(make(chan string, 1))
 	w, err := engine.NewWorker(job, engine.WorkerConfig{Dir: t.TempDir(), NoSync: true})
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,20 +17,9 @@ func TestPeerStatsCountResendsReconnectsAndTraffic(t *testing.T) {
 	f := Faults{Drop: 0.05, Reset: 20 * time.Millisecond, Seed: 5}
 	rx, tx, p := newPair(t, nil, []Option{WithFaults(f), WithReconnectBackoff(time.Millisecond, 5*time.Millisecond)})
 	col := newCollector()
-	// The first run is consumed only once a reset has broken a connection,
-	// so that one happens however fast the rest goes.
-	var once sync.Once
-	rx.HandleAll(func(target taskid.ID) Handler {
-		h := col.handler(target)
-		return func(ch taskid.Channel, first uint64, msgs []Message) {
-			once.Do(func() {
-				for deadline := time.Now().Add(10 * time.Second); tx.Stats().Faults.Resets == 0 && time.Now().Before(deadline); {
-					time.Sleep(time.Millisecond)
-				}
-			})
-			h(ch, first, msgs)
-		}
-	})
+	// The first run waits for a reset, so that one happens however fast
+	// the rest goes.
+	rx.HandleAll(holdFirstRunUntilReset(col, tx))
 	sendAll(t, ctxT(t, 60*time.Second), p, 4, 20000, 100)
 	col.check(t, 4*20000)
 

@@ -55,6 +55,25 @@ func (c *collector) check(t *testing.T, want int64) {
 	}
 }
 
+// holdFirstRunUntilReset is col's handlers, but the first run of all
+// waits (up to 10 s) until tx has injected a reset: resets come with the
+// node's housekeeping, every 20 ms, and a fast machine sends a test's
+// messages in less.
+func holdFirstRunUntilReset(col *collector, tx *Node) func(taskid.ID) Handler {
+	var once sync.Once
+	return func(target taskid.ID) Handler {
+		h := col.handler(target)
+		return func(ch taskid.Channel, first uint64, msgs []Message) {
+			once.Do(func() {
+				for deadline := time.Now().Add(10 * time.Second); tx.Stats().Faults.Resets == 0 && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+				}
+			})
+			h(ch, first, msgs)
+		}
+	}
+}
+
 func payload(seq uint64, size int) []byte {
 	b := make([]byte, size)
 	binary.LittleEndian.PutUint64(b, seq)
@@ -366,21 +385,9 @@ func testChannelsSurviveConnectionResets(t *testing.T, be []Option) {
 	f := Faults{Reset: 5 * time.Millisecond, Seed: 3}
 	rx, tx, p := newPairOn(t, be, nil, []Option{WithFaults(f), WithReconnectBackoff(time.Millisecond, 10*time.Millisecond)})
 	col := newCollector()
-	// The first run is consumed only once a reset has broken a connection:
-	// resets come with the node's housekeeping (every 20 ms), and a fast
-	// machine sends everything in less.
-	var once sync.Once
-	rx.HandleAll(func(target taskid.ID) Handler {
-		h := col.handler(target)
-		return func(ch taskid.Channel, first uint64, msgs []Message) {
-			once.Do(func() {
-				for deadline := time.Now().Add(10 * time.Second); tx.Stats().Faults.Resets == 0 && time.Now().Before(deadline); {
-					time.Sleep(time.Millisecond)
-				}
-			})
-			h(ch, first, msgs)
-		}
-	})
+	// The first run waits for a reset, so that one happens however fast
+	// the rest goes.
+	rx.HandleAll(holdFirstRunUntilReset(col, tx))
 	sendAll(t, ctxT(t, 60*time.Second), p, 8, 30000, 100)
 	col.check(t, 8*30000)
 	if r := tx.Stats().Faults.Resets; r == 0 {
