@@ -328,7 +328,6 @@ func TestAWorkerThatCannotStartAGenerationFailsTheRun(t *testing.T) {
 // (i/50)*100,000 + i%50: runs of 50 records far apart.
 type sparseSource struct {
 	n, next uint64
-	buf     []byte
 }
 
 func sparseTs(i uint64) int64 { return int64(i/50)*100_000 + int64(i%50) }
