@@ -32,8 +32,11 @@ type Request struct {
 // Response answers a Request with the same ID; a line with ID 0 carries an
 // Event instead.
 type Response struct {
-	ID       uint64               `json:"id"`
-	Err      string               `json:"err,omitempty"`
+	ID  uint64 `json:"id"`
+	Err string `json:"err,omitempty"`
+	// LogLost marks an Err that wraps ErrSourceLogLost: no recovery can
+	// help, and the coordinator ends the run.
+	LogLost  bool                 `json:"log_lost,omitempty"`
 	Clock    *ClockReply          `json:"clock,omitempty"`
 	LatestTs int64                `json:"latest_ts,omitempty"`
 	LatestOK bool                 `json:"latest_ok,omitempty"`
@@ -93,7 +96,16 @@ func (w *Worker) Do(req Request) Response {
 	}
 	r.Faults = w.TransportFaults()
 	if err != nil {
-		r.Err = err.Error()
+		r.Err, r.LogLost = err.Error(), errors.Is(err, ErrSourceLogLost)
 	}
 	return r
+}
+
+// err is the error of a failed call: r.Err, wrapping ErrSourceLogLost when
+// the worker said so.
+func (r *Response) err() error {
+	if r.LogLost {
+		return fmt.Errorf("%w: %s", ErrSourceLogLost, r.Err)
+	}
+	return errors.New(r.Err)
 }

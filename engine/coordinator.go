@@ -109,6 +109,11 @@ var ErrInvalidRestartPolicy = errors.New("engine: invalid restart policy")
 // RestartPolicy allows; the error wrapping it names the last failure.
 var ErrRestartsExhausted = errors.New("engine: restart policy exhausted")
 
+// ErrSourceLogLost means a worker could not make a source log durable (its
+// fsync or close failed): records the job would replay may be gone, so no
+// recovery can be trusted, and the run ends at once.
+var ErrSourceLogLost = errors.New("engine: a source log may have lost records")
+
 // ErrCheckpointsLost means recovery found no checkpoint the source logs
 // can replay from: every checkpoint every task still has (none, when the
 // files are missing or corrupt) is older than what the logs were
@@ -501,6 +506,12 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if errors.Is(err, ErrSourceLogLost) {
+			c.totals(res)
+			c.event("failure", err.Error())
+			_, _ = c.all(ctx, Request{Op: "stop"})
+			return nil, err
 		}
 		failedAt = time.Now()
 		c.failed(failedAt, res)

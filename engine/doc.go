@@ -79,8 +79,10 @@
 // at a small fraction of the interval and the interval doubles from there,
 // so the job moves forward as long as failures are further apart than a
 // recovery plus one small checkpoint. A [RestartPolicy] bounds how often
-// recovery may happen; beyond it, or when no checkpoint the logs can
-// replay from is left ([ErrCheckpointsLost]), the run ends with an error. Sinks produce their
+// recovery may happen; beyond it, when no checkpoint the logs can replay
+// from is left ([ErrCheckpointsLost]), or when a worker could not make a
+// source log durable, so that a replay could miss records
+// ([ErrSourceLogLost]), the run ends with an error. Sinks produce their
 // output from their final state at the end of input ([Finisher]), so replay
 // never writes anything twice. Link faults are not failures: the transport
 // re-sends lost messages and drops duplicates on its own.

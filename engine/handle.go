@@ -53,7 +53,7 @@ func (h *localHandle) do(ctx context.Context, req Request) (Response, error) {
 	}
 	r := w.Do(req)
 	if r.Err != "" {
-		return r, errors.New(r.Err)
+		return r, r.err()
 	}
 	return r, nil
 }

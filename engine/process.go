@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os/exec"
@@ -216,7 +215,7 @@ func (h *processHandle) do(ctx context.Context, req Request) (Response, error) {
 			return Response{}, fmt.Errorf("engine: node %d exited", h.node)
 		}
 		if r.Err != "" {
-			return r, errors.New(r.Err)
+			return r, r.err()
 		}
 		if f := r.lacks(req.Op); f != "" {
 			// The call fails like any other: its generation fails and

@@ -149,3 +149,42 @@ func TestAClockAnswerWithoutAClockFailsTheCallNotTheCoordinator(t *testing.T) {
 		t.Errorf("the worker was launched %d times, want 1", n)
 	}
 }
+
+// TestARunEndsAtOnceWhenASourceLogIsLost: a worker that says a source log
+// may have lost records (its fsync or close failed) ends the run at once
+// with ErrSourceLogLost, without a recovery: a replay from that log could
+// not be trusted.
+func TestARunEndsAtOnceWhenASourceLogIsLost(t *testing.T) {
+	job := &Job{Procs: []Proc{{Name: "src", Parallelism: 1,
+		NewSource: func(int) (Source, error) { return nil, errors.New("the fake worker runs no source") }}}}
+	launch := func(context.Context, int, string) (WorkerProcess, error) {
+		p := newPipeProcess()
+		p.serve(func(req Request) string {
+			if req.Op == "start" {
+				return fmt.Sprintf(`{"id":%d,"err":"engine: worker refuses to start: store: fsync: input/output error","log_lost":true}`, req.ID)
+			}
+			return fmt.Sprintf(`{"id":%d,"latest_ts":0}`, req.ID)
+		})
+		return p, nil
+	}
+	var recoveries atomic.Int32
+	c, err := NewCoordinator(job, Config{Dir: t.TempDir(), NoSync: true, Launch: launch,
+		Restart: RestartPolicy{MaxRestarts: 100, MinBackoff: time.Millisecond},
+		OnEvent: func(kind, _ string) {
+			if kind == "recovery" {
+				recoveries.Add(1)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+	defer cancel()
+	_, err = c.Run(ctx)
+	if !errors.Is(err, ErrSourceLogLost) || !strings.Contains(err.Error(), "input/output error") {
+		t.Fatalf("run ended with %v, want ErrSourceLogLost naming the worker's error", err)
+	}
+	if n := recoveries.Load(); n != 0 {
+		t.Errorf("%d recoveries, want none", n)
+	}
+}

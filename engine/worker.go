@@ -481,7 +481,7 @@ func (w *Worker) stopLocked(inc *incarnation) error {
 	if err != nil {
 		w.log.Error("engine: a source log failed to close; the worker starts no further generation", "gen", inc.gen, "err", err)
 		if w.lostLog == nil {
-			w.lostLog = err
+			w.lostLog = fmt.Errorf("%w: %w", ErrSourceLogLost, err)
 		}
 	}
 	return err

@@ -61,14 +61,17 @@ func TestASourceLogThatFailsToCloseKeepsTheWorkerFromStartingAgain(t *testing.T)
 		t.Fatal(err)
 	}
 	// Start stops generation 1, closing its log: the close fails.
-	if err := start(2); !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "src") {
-		t.Fatalf("Start after the source log failed to close returned %v; want an error naming the source, wrapping EIO", err)
+	if err := start(2); !errors.Is(err, syscall.EIO) || !errors.Is(err, ErrSourceLogLost) || !strings.Contains(err.Error(), "src") {
+		t.Fatalf("Start after the source log failed to close returned %v; want ErrSourceLogLost naming the source, wrapping EIO", err)
+	}
+	if r := w.Do(Request{ID: 9, Op: "start", Start: &StartCmd{Gen: 3, Node: 0, Addrs: []string{w.Addr()}, Placement: []int{0, 0}}}); !r.LogLost || r.Err == "" {
+		t.Fatalf("the answer to a start request is %+v; want an error marked log_lost for the coordinator", r)
 	}
 	if _, err := w.Clock(2); err == nil {
 		t.Fatal("generation 2 runs although the source log of generation 1 failed to close")
 	}
 	w.Stop()
-	if err := start(3); !errors.Is(err, syscall.EIO) {
+	if err := start(4); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("a later Start returned %v; want the worker to keep refusing with EIO", err)
 	}
 }
