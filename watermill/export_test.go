@@ -12,3 +12,11 @@ func MapTopicsTo(t interface{ Cleanup(func()) }, task taskid.ID) {
 	topicTask = func(string) taskid.ID { return task }
 	t.Cleanup(func() { topicTask = TopicTask })
 }
+
+// HookOffer calls waits(n) each time a topic's handler starts waiting to
+// offer a message to a snapshot of n subscriptions, and woke each time the
+// wait ends, until the test ends.
+func HookOffer(t interface{ Cleanup(func()) }, waits func(n int), woke func()) {
+	testHookOfferWaits, testHookOfferWoke = waits, woke
+	t.Cleanup(func() { testHookOfferWaits, testHookOfferWoke = nil, nil })
+}

@@ -343,3 +343,86 @@ func TestSubscribeRefusesTopicsThatCollide(t *testing.T) {
 		t.Fatalf("Subscribe to a colliding topic: %v, want ErrTopicCollision naming both", err)
 	}
 }
+
+// A subscription that starts and ends while the handler waits to offer a
+// message on a snapshot without it still has its channel closed, and Close
+// returns.
+func TestSubscriptionEndingWhileHandlerOffersIsClosed(t *testing.T) {
+	dir := watermill.NewMemDirectory()
+	sub, err := watermill.NewSubscriber(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := newPublisher(t, dir)
+
+	waiting := make(chan int, 1)
+	lateCtx, endLate := context.WithCancel(context.Background())
+	var (
+		once     sync.Once
+		late     = make(chan (<-chan *message.Message), 1)
+		lateOpen = make(chan bool, 1)
+	)
+	watermill.HookOffer(t, func(n int) {
+		select {
+		case waiting <- n:
+		default:
+		}
+	}, func() {
+		// The handler woke because the late subscription started; it ends
+		// before the handler looks at the subscriptions again.
+		once.Do(func() {
+			endLate()
+			select {
+			case <-drained(<-late):
+				lateOpen <- false
+			case <-time.After(10 * time.Second): // hang guard
+				lateOpen <- true
+			}
+		})
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	first, err := sub.Subscribe(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	for range first {
+	}
+	if err := pub.Publish("t", numbered(0)); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-waiting; n != 0 {
+		t.Fatalf("the handler waits on %d subscriptions, want 0", n)
+	}
+	ch, err := sub.Subscribe(lateCtx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late <- ch
+	if <-lateOpen {
+		t.Fatal("the channel of a subscription whose context ended is not closed")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("Subscriber.Close does not return")
+	}
+}
+
+// drained is closed once ch is closed, its messages nacked.
+func drained(ch <-chan *message.Message) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for m := range ch {
+			m.Nack()
+		}
+		close(done)
+	}()
+	return done
+}

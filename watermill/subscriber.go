@@ -59,17 +59,26 @@ type topic struct {
 		sync.Mutex
 		subs    []*subscription
 		changed chan struct{} // closed and replaced when subs change
-		// offering is set while the handler waits in a select on the subs'
-		// channels; a subscription that ends meanwhile leaves closing its
-		// channel to the handler.
-		offering bool
 	}
 }
+
+// Test hooks: called by offer, without t.mu, before it waits on a snapshot
+// of n subscriptions and after the wait ends.
+var (
+	testHookOfferWaits func(n int)
+	testHookOfferWoke  func()
+)
 
 type subscription struct {
 	out    chan *message.Message
 	ended  bool // under topic.mu: removed from subs
 	closed bool // under topic.mu: out closed
+	// offers, under topic.mu, counts the waits of the handler (the node
+	// runs it one run at a time) in a select that may send on out: sub is
+	// in its snapshot of subs. Meanwhile out cannot be closed, and the
+	// handler closes it after the wait if sub has ended. A subscription
+	// that starts and ends during a wait is in no snapshot: end closes it.
+	offers int
 }
 
 // NewSubscriber starts a Subscriber and its node, listening on WithListen's
@@ -152,8 +161,8 @@ func (t *topic) changedLocked() {
 	t.mu.changed = make(chan struct{})
 }
 
-// end removes sub and closes its channel, unless the handler is offering a
-// message on it, in which case the handler closes it.
+// end removes sub and closes its channel, unless a handler may be sending
+// on it (sub.offers), in which case that handler closes it.
 func (t *topic) end(sub *subscription) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -165,7 +174,7 @@ func (t *topic) end(sub *subscription) {
 		}
 	}
 	t.changedLocked()
-	if !t.mu.offering {
+	if sub.offers == 0 {
 		t.closeLocked(sub)
 	}
 }
@@ -228,8 +237,13 @@ func (t *topic) offer(msg *message.Message) (*subscription, bool) {
 	for {
 		t.mu.Lock()
 		subs, changed := t.mu.subs, t.mu.changed
-		t.mu.offering = true
+		for _, sub := range subs {
+			sub.offers++
+		}
 		t.mu.Unlock()
+		if testHookOfferWaits != nil {
+			testHookOfferWaits(len(subs))
+		}
 		var took *subscription
 		switch len(subs) {
 		case 0:
@@ -256,10 +270,13 @@ func (t *topic) offer(msg *message.Message) (*subscription, bool) {
 				took = subs[i]
 			}
 		}
+		if testHookOfferWoke != nil {
+			testHookOfferWoke()
+		}
 		t.mu.Lock()
-		t.mu.offering = false
 		for _, sub := range subs {
-			if sub.ended && sub != took {
+			sub.offers--
+			if sub.ended && sub != took && sub.offers == 0 {
 				t.closeLocked(sub)
 			}
 		}
