@@ -426,3 +426,43 @@ func drained(ch <-chan *message.Message) <-chan struct{} {
 	}()
 	return done
 }
+
+// failingDirectory is a MemDirectory whose next Announce fails.
+type failingDirectory struct {
+	*watermill.MemDirectory
+	fail bool
+}
+
+var errAnnounce = errors.New("directory unavailable")
+
+func (d *failingDirectory) Announce(topic string, ep watermill.Endpoint) error {
+	if d.fail {
+		d.fail = false
+		return errAnnounce
+	}
+	return d.MemDirectory.Announce(topic, ep)
+}
+
+// A Subscribe whose announcement failed returns the error, and the next
+// Subscribe to the topic announces it again and receives its messages.
+func TestSubscribeAfterFailedAnnounceAnnouncesAgain(t *testing.T) {
+	dir := &failingDirectory{MemDirectory: watermill.NewMemDirectory(), fail: true}
+	sub := newSubscriber(t, dir)
+	if _, err := sub.Subscribe(context.Background(), "t"); !errors.Is(err, errAnnounce) {
+		t.Fatalf("Subscribe = %v, want the directory's error", err)
+	}
+	msgs := subscribe(t, sub, "t")
+	pub := newPublisher(t, dir)
+	if err := pub.Publish("t", numbered(1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-msgs:
+		m.Ack()
+		if string(m.Payload) != "1" {
+			t.Fatalf("got %q, want 1", m.Payload)
+		}
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("the subscription receives nothing: the topic was not announced again")
+	}
+}

@@ -126,18 +126,22 @@ func (s *Subscriber) Subscribe(ctx context.Context, name string) (<-chan *messag
 		}
 		t = &topic{s: s, name: name, ep: Endpoint{Addr: s.addr, Task: task}}
 		t.mu.changed = make(chan struct{})
+		// Announced under s.mu, so that Close, which withdraws under it
+		// too, cannot withdraw before this announcement; and before the
+		// topic is registered, so that a failed announcement leaves
+		// nothing behind and the next Subscribe tries again. Messages that
+		// arrive before the handler is registered wait in the node.
+		if err := s.dir.Announce(name, t.ep); err != nil {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("watermill: announcing topic %q: %w", name, err)
+		}
 		if err := s.node.Handle(task, t.handle); err != nil {
+			_ = s.dir.Withdraw(name, t.ep)
 			s.mu.Unlock()
 			return nil, err
 		}
 		s.mu.topics[name] = t
 		s.mu.tasks[task] = name
-		// Announced under s.mu, so that Close, which withdraws under it
-		// too, cannot withdraw before this announcement.
-		if err := s.dir.Announce(name, t.ep); err != nil {
-			s.mu.Unlock()
-			return nil, fmt.Errorf("watermill: announcing topic %q: %w", name, err)
-		}
 	}
 	sub := &subscription{out: make(chan *message.Message)}
 	s.open.Add(1)
