@@ -20,3 +20,10 @@ func HookOffer(t interface{ Cleanup(func()) }, waits func(n int), woke func()) {
 	testHookOfferWaits, testHookOfferWoke = waits, woke
 	t.Cleanup(func() { testHookOfferWaits, testHookOfferWoke = nil, nil })
 }
+
+// HookRouted calls routed in Publish between finding the topic's route and
+// taking its send lock, until the test ends.
+func HookRouted(t interface{ Cleanup(func()) }, routed func()) {
+	testHookRouted = routed
+	t.Cleanup(func() { testHookRouted = nil })
+}

@@ -57,8 +57,13 @@ type route struct {
 	stop  func()
 
 	// send serializes publishing to the topic, so that every subscription
-	// receives its messages in one order, and guards the backlog.
-	send         sync.Mutex
+	// receives its messages in one order, and guards the backlog and
+	// closed.
+	send sync.Mutex
+	// closed is set by Close once it has flushed the backlog: a Publish
+	// that found the route before Close and takes send after it fails
+	// rather than leave its message where nothing sends it.
+	closed       bool
 	backlog      [][]byte
 	backlogBytes int
 	buf          []byte
@@ -106,6 +111,9 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if err != nil {
 		return err
 	}
+	if testHookRouted != nil {
+		testHookRouted()
+	}
 	r.send.Lock()
 	defer r.send.Unlock()
 	for i, m := range msgs {
@@ -116,6 +124,10 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	}
 	return nil
 }
+
+// testHookRouted is called by Publish between finding the topic's route
+// and taking its send lock.
+var testHookRouted func()
 
 func (p *Publisher) route(topic string) (*route, error) {
 	p.mu.Lock()
@@ -201,6 +213,9 @@ func (r *route) drain() {
 
 // publishLocked sends one encoded message, or keeps it in the backlog.
 func (r *route) publishLocked(mctx context.Context, payload []byte) error {
+	if r.closed {
+		return ErrClosed
+	}
 	ctx := r.p.ctx
 	if mctx != nil && mctx != context.Background() {
 		var cancel context.CancelFunc
@@ -271,7 +286,8 @@ func (p *Publisher) ctxErr(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// Close stops the publisher. New Publish calls fail with ErrClosed at once.
+// Close stops the publisher. New Publish calls fail with ErrClosed at once,
+// and so does a Publish that reaches a topic after Close has finished with it.
 // Close waits, up to the close timeout (WithCloseTimeout), for Publish calls
 // under way to finish, for backlogs to reach subscriptions that appear, and
 // for every message sent to be acknowledged by its subscriber. It returns
@@ -306,6 +322,7 @@ func (p *Publisher) Close() error {
 			_ = r.flushLocked(p.ctx, senders)
 		}
 		unrouted += len(r.backlog)
+		r.closed = true
 		r.send.Unlock()
 		r.stop()
 	}

@@ -466,3 +466,31 @@ func TestSubscribeAfterFailedAnnounceAnnouncesAgain(t *testing.T) {
 		t.Fatal("the subscription receives nothing: the topic was not announced again")
 	}
 }
+
+// A Publish that found its topic before Close and reaches it after Close
+// fails with ErrClosed rather than keeping the message where nothing will
+// send it.
+func TestPublishOvertakenByCloseFails(t *testing.T) {
+	pub, err := watermill.NewPublisher(watermill.NewMemDirectory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("t", numbered(0)); err != nil { // the route exists
+		t.Fatal(err)
+	}
+	routed, proceed := make(chan struct{}), make(chan struct{})
+	watermill.HookRouted(t, func() {
+		close(routed)
+		<-proceed
+	})
+	published := make(chan error, 1)
+	go func() { published <- pub.Publish("t", numbered(1)) }()
+	<-routed
+	if err := pub.Close(); !errors.Is(err, watermill.ErrUndelivered) {
+		t.Fatalf("Close = %v, want ErrUndelivered for the first message", err)
+	}
+	close(proceed)
+	if err := <-published; !errors.Is(err, watermill.ErrClosed) {
+		t.Fatalf("Publish overtaken by Close = %v, want ErrClosed", err)
+	}
+}
