@@ -216,6 +216,11 @@ func (r *route) publishLocked(mctx context.Context, payload []byte) error {
 	if r.closed {
 		return ErrClosed
 	}
+	// Refused here, not only by the channel: kept in the backlog it would
+	// block the topic for good once a subscriber came.
+	if most := r.p.node.MaxPayload(); len(payload) > most {
+		return fmt.Errorf("%w: the message is %d bytes encoded, a channel's window takes at most %d", transport.ErrTooLarge, len(payload), most)
+	}
 	ctx := r.p.ctx
 	if mctx != nil && mctx != context.Background() {
 		var cancel context.CancelFunc

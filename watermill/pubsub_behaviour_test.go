@@ -494,3 +494,22 @@ func TestPublishOvertakenByCloseFails(t *testing.T) {
 		t.Fatalf("Publish overtaken by Close = %v, want ErrClosed", err)
 	}
 }
+
+// A message larger than a channel's window can hold is refused at Publish,
+// with no subscriber as with one: kept in the topic's backlog, it would
+// block every later message of the topic once a subscriber came.
+func TestAMessageNoWindowHoldsIsRefusedAndDoesNotBlockTheTopic(t *testing.T) {
+	dir := watermill.NewMemDirectory()
+	pub := newPublisher(t, dir)
+	huge := message.NewMessage(wm.NewUUID(), make([]byte, pub.Node().MaxPayload()))
+	if err := pub.Publish("t", huge); !errors.Is(err, transport.ErrTooLarge) {
+		t.Fatalf("Publish of a message no window holds = %v, want ErrTooLarge", err)
+	}
+	if err := pub.Publish("t", numbered(1)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := subscribe(t, newSubscriber(t, dir), "t")
+	if got := receive(t, msgs, 1); got[0] != "1" {
+		t.Fatalf("got %q, want the message published after the refused one", got)
+	}
+}
