@@ -186,9 +186,9 @@ func fetchSnapshot(ctx context.Context, client *http.Client, url string, limit i
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	body := &cappedReader{r: resp.Body, left: limit}
+	body := &io.LimitedReader{R: resp.Body, N: limit + 1} // the byte past limit says it is over
 	fams, err := metrics.Parse(body)
-	if body.over {
+	if body.N == 0 {
 		return nil, fmt.Errorf("GET %s: body too large: over %d bytes", url, limit)
 	}
 	if err != nil {
@@ -199,38 +199,6 @@ func fetchSnapshot(ctx context.Context, client *http.Client, url string, limit i
 		s.fams[f.Name] = f
 	}
 	return s, nil
-}
-
-// cappedReader reads r up to left bytes; a read past them fails, with over
-// set, if r has more.
-type cappedReader struct {
-	r    io.Reader
-	left int64
-	over bool
-}
-
-var errOverCap = errors.New("more bytes than allowed")
-
-func (c *cappedReader) Read(p []byte) (int, error) {
-	if c.left <= 0 {
-		var one [1]byte
-		for {
-			n, err := c.r.Read(one[:])
-			if n > 0 {
-				c.over = true
-				return 0, errOverCap
-			}
-			if err != nil {
-				return 0, err
-			}
-		}
-	}
-	if int64(len(p)) > c.left {
-		p = p[:c.left]
-	}
-	n, err := c.r.Read(p)
-	c.left -= int64(n)
-	return n, err
 }
 
 // value is the sample of family name with exactly the label values given
