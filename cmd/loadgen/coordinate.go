@@ -93,6 +93,16 @@ func (c *coordConfig) validate() error {
 	if c.heartbeatTimeout <= 0 || c.connectTimeout <= 0 || c.startDelay < 0 {
 		return errors.New("coordinate: --heartbeat-timeout and --connect-timeout must be positive, --start-delay not negative")
 	}
+	// Each sender's channels are (source, target) pairs of their own at
+	// its receiver, whose node keeps state for a bounded number of them.
+	senders := 1 // ring: one sender a receiver
+	if c.topology == topoFanIn {
+		senders = len(c.agents) - 1
+	}
+	if pairs := c.tc.channels * senders; pairs > transport.DefaultMaxReceivers-1 {
+		return fmt.Errorf("coordinate: --channels %d from each of %d senders make %d channels into one receiving agent, over the %d its node takes (transport.WithMaxReceivers, one more for the control channel)",
+			c.tc.channels, senders, pairs, transport.DefaultMaxReceivers-1)
+	}
 	tc := c.tc
 	if c.messages > 0 {
 		tc.duration = time.Hour // bounded by --messages

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
+	"github.com/sluicehq/sluice/transport"
 )
 
 func testCoordConfig(agents ...string) coordConfig {
@@ -229,6 +230,14 @@ func TestCoordinateConfigValidation(t *testing.T) {
 		{"a negative message count is refused", func(c *coordConfig) { c.messages = -1 }, "--messages"},
 		{"a payload too small is refused", func(c *coordConfig) { c.tc.size = 4 }, "--size 4"},
 		{"no heartbeat timeout is refused", func(c *coordConfig) { c.heartbeatTimeout = 0 }, "--heartbeat-timeout"},
+		{"as many channels as a receiving node takes from two senders are accepted", func(c *coordConfig) {
+			c.agents = append(c.agents, "10.0.0.3:7500")
+			c.tc.channels = (transport.DefaultMaxReceivers - 1) / 2
+		}, ""},
+		{"more channels into one receiver than its node takes are refused", func(c *coordConfig) {
+			c.agents = append(c.agents, "10.0.0.3:7500")
+			c.tc.channels = maxChannels
+		}, "make 131070 channels into one receiving agent"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
