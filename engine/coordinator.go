@@ -110,8 +110,9 @@ var ErrInvalidRestartPolicy = errors.New("engine: invalid restart policy")
 var ErrRestartsExhausted = errors.New("engine: restart policy exhausted")
 
 // ErrSourceLogLost means a worker could not make a source log durable (its
-// fsync or close failed): records the job would replay may be gone, so no
-// recovery can be trusted, and the run ends at once.
+// fsync or close failed, in this worker or in an earlier process on its
+// directory): records the job would replay may be gone, so no recovery can
+// be trusted, and the run ends at once.
 var ErrSourceLogLost = errors.New("engine: a source log may have lost records")
 
 // ErrCheckpointsLost means recovery found no checkpoint the source logs

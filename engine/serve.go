@@ -13,8 +13,10 @@ import (
 // in, responses and events as JSON lines on out (the first line says the
 // worker's transport address). It returns, after closing w, when in ends,
 // an "exit" request arrives, or ctx is done (with ctx's error), whether a
-// request is on its way or not; a control call that is running when ctx
-// ends is answered first.
+// request is on its way or not. When ctx ends, the running generation is
+// aborted as a "stop" request aborts it, so that a control call in progress
+// (one that waits on a task waiting for credit, say) ends at once; it is
+// answered before ServeWorker returns.
 //
 // in is read on a goroutine of its own, which a return on ctx or "exit"
 // leaves inside in's Read until that returns: the caller that wants it gone
@@ -31,6 +33,9 @@ func ServeWorker(ctx context.Context, w *Worker, in io.Reader, out io.Writer) er
 	if err := send(Response{Addr: w.Addr()}); err != nil {
 		return err
 	}
+	// A control call can wait on the generation until it stops, and once
+	// ctx ends no coordinator will stop it.
+	defer context.AfterFunc(ctx, w.abort)()
 	done := make(chan struct{})
 	defer close(done)
 	go func() {

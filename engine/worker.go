@@ -148,6 +148,11 @@ func (w *Worker) Addr() string { return w.node.Addr() }
 // Events delivers task failures.
 func (w *Worker) Events() <-chan Event { return w.events }
 
+// logDir is the directory of source task id's log.
+func (w *Worker) logDir(id taskid.ID) string {
+	return filepath.Join(w.cfg.Dir, "log", "task-"+id.String())
+}
+
 // abort cancels the running generation: its sources stop and its tasks'
 // sends return, so that whatever waits on them ends. Safe for concurrent
 // use with every other method; Stop or Start then tear it down.
@@ -240,7 +245,11 @@ func (cmd *StartCmd) check(ids []taskid.ID) error {
 // its Addrs do not name) is refused with an error before anything is
 // stopped: the running generation goes on. Once a source log of this
 // worker has failed to close (its fsync failed), every Start fails with
-// that error: the log can no longer back exactly-once.
+// that error: the log can no longer back exactly-once. So does every Start
+// of a later worker on the directory once an fsync of a source log failed
+// (the log keeps the failure on disk, store.ErrSyncFailed), even if the
+// process that saw it died before telling anyone: both wrap
+// ErrSourceLogLost.
 func (w *Worker) Start(cmd StartCmd) error {
 	ids := w.job.tasks()
 	if err := cmd.check(ids); err != nil {
@@ -333,7 +342,13 @@ func (w *Worker) Start(cmd StartCmd) error {
 			}
 			sr.out = newOutputs(edges, sends, &inc.agg, low)
 			inc.outs = append(inc.outs, sr.out)
-			lg, err := store.Open(filepath.Join(w.cfg.Dir, "log", "task-"+id.String()), store.Options{NoSync: w.cfg.NoSync, SegmentBytes: w.cfg.LogSegmentBytes})
+			lg, err := store.Open(w.logDir(id), store.Options{NoSync: w.cfg.NoSync, SegmentBytes: w.cfg.LogSegmentBytes})
+			if errors.Is(err, store.ErrSyncFailed) {
+				// A worker before this one on the directory (a process
+				// that died before its coordinator heard of it) failed
+				// to make the log durable.
+				err = fmt.Errorf("%w: source %q task %v: %w", ErrSourceLogLost, proc.Name, id, err)
+			}
 			if err != nil {
 				return fail(err)
 			}

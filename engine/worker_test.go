@@ -3,11 +3,14 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/sluicehq/sluice/engine/store"
+	"github.com/sluicehq/sluice/taskid"
 )
 
 // quietSource has no input yet: Read finds nothing.
@@ -131,5 +134,54 @@ func TestAStartThatFailsLeavesNoChannelOpen(t *testing.T) {
 				t.Errorf("after the failed Start the node has channels open: %+v", cs)
 			}
 		})
+	}
+}
+
+// TestAWorkerRefusesToStartOnALogThatFailedAnFsyncInAnEarlierProcess: a
+// worker whose source log failed an fsync, and whose process died before
+// its coordinator heard of it, leaves the log's record of the failure
+// (store.SyncFailedFile) behind. The worker that takes over the directory
+// must refuse every generation with ErrSourceLogLost naming the failure,
+// as the one that saw it would have, so that the coordinator ends the run
+// instead of replaying a log that may miss records. It used to open the
+// log and go on.
+func TestAWorkerRefusesToStartOnALogThatFailedAnFsyncInAnEarlierProcess(t *testing.T) {
+	job := &Job{
+		Procs: []Proc{
+			{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return quietSource{}, nil }},
+			{Name: "sink", Parallelism: 1, NewTask: func(int) (Task, error) { return dropTask{}, nil }},
+		},
+		Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
+	}
+	dir := t.TempDir()
+	w, err := NewWorker(job, WorkerConfig{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(w *Worker, gen uint64) error {
+		return w.Start(StartCmd{Gen: gen, Node: 0, Addrs: []string{w.Addr()}, Placement: []int{0, 0}})
+	}
+	if err := start(w, 1); err != nil {
+		t.Fatal(err)
+	}
+	// What the log leaves when its fsync fails, before the process dies.
+	marker := filepath.Join(w.logDir(taskid.ID{Processor: 0, Index: 0}), store.SyncFailedFile)
+	if err := os.WriteFile(marker, []byte("store: fsync: "+syscall.EIO.Error()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	again, err := NewWorker(job, WorkerConfig{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if err := start(again, 2); !errors.Is(err, ErrSourceLogLost) || !strings.Contains(err.Error(), syscall.EIO.Error()) || !strings.Contains(err.Error(), `"src"`) {
+		t.Fatalf("Start on the directory of a log whose fsync failed returned %v; want ErrSourceLogLost naming the source and the failure", err)
+	}
+	if r := again.Do(Request{ID: 9, Op: "start", Start: &StartCmd{Gen: 3, Node: 0, Addrs: []string{again.Addr()}, Placement: []int{0, 0}}}); !r.LogLost {
+		t.Fatalf("the answer to a start request is %+v; want an error marked log_lost for the coordinator", r)
+	}
+	if _, err := again.Clock(3); err == nil {
+		t.Fatal("a generation runs on a source log whose fsync failed")
 	}
 }

@@ -266,7 +266,11 @@ func (t *Tracker) OnDrained(now int64) (req AckRequest, ok bool) {
 // ACKREQUEST and a.Next < a.ReqSeq, the messages from a.Next on were lost and
 // the window is rewound to a.Next; an ack of an older request only frees
 // credit (the outstanding one's answer, or its repeat, decides about loss),
-// which keeps one loss from causing one rewind per request in flight.
+// which keeps one loss from causing one rewind per request in flight. For
+// the same reason an ack equal to the last applied one is a Duplicate, even
+// when the outstanding request has the same seq, except that an ack that
+// counts nothing (Count 0) is taken again once that request has been
+// repeated: the messages re-sent after its loss report were lost too.
 //
 // An Open ack frees everything below a.Next; after Reopen it rewinds the
 // window to a.Next and allows sending again. For a brand-new channel it
@@ -289,11 +293,16 @@ func (t *Tracker) OnAck(now int64, a Ack) Outcome {
 		return t.onOpenAck(now, a)
 	}
 	prevAcked := t.w.Acked()
-	// Two different answers with the same Next have Count 0 from the second
-	// on, so an ack equal to the last applied one with Count > 0 is a copy.
-	// Treating a copy as an answer to a newer request with the same seq
-	// would rewind a second time.
-	isCopy := a == t.lastAck && a.Count > 0
+	// An ack equal to the last applied one is a copy of it (the link
+	// duplicated it, or the target answered a duplicate of its request),
+	// and taking a copy for the answer to a newer request with the same seq
+	// would rewind a second time, re-sending what is still on its way. Two
+	// different answers are equal only when the second has nothing new
+	// (Count 0, the same Next): everything re-sent since the first was lost
+	// too. That answer is believed once the request has been repeated, a
+	// timeout after it went out with no answer that moved Next; until then
+	// it cannot be told from a copy.
+	isCopy := a == t.lastAck && (a.Count > 0 || t.reqRepeats == 0)
 	if isCopy || a.Next < prevAcked || (a.Next == prevAcked && !(t.reqOut && a.ReqSeq == t.reqSeq)) {
 		t.stats.DuplicateAcks++
 		return Outcome{Verdict: Duplicate}

@@ -532,3 +532,68 @@ func TestOnDrainedIsSpacedByQuietAfterWithoutDrainEvery(t *testing.T) {
 		t.Fatalf("drain a QuietAfter later: %+v, %v; want a request for 102 (not DrainEvery's default 2ms)", req, ok)
 	}
 }
+
+// TestAnAnswerWithNothingNewIsNotTakenTwice: both messages of a burst are
+// lost, so the answer to its request counts nothing (Count 0) and reports
+// the loss, and the source re-sends. A copy of that answer, made by the link
+// or by the target answering a duplicate of the request before the re-sent
+// messages arrive, reports again a loss the source has already acted on: it
+// must neither rewind a second time (re-sending what is still on its way),
+// nor answer the request that went out with the re-sent messages, nor count
+// as a round trip. The answer still counts when the re-sent messages were
+// lost too: a timeout later, the answer to the repeated request rewinds.
+func TestAnAnswerWithNothingNewIsNotTakenTwice(t *testing.T) {
+	for _, copied := range []string{"ack", "request"} {
+		t.Run("the link duplicates the "+copied, func(t *testing.T) {
+			tr, w := newTestTracker(t, true)
+			r := NewReceiver()
+			openReq, _ := tr.Tick(0)
+			r.OnOpen(openReq.Epoch, openReq.Seq)
+			openAck, _ := r.Answer()
+			tr.OnAck(0, openAck)
+			req, ok := sendN(t, tr, w, 0, 2) // 100 and 101 are lost
+			if !ok {
+				t.Fatal("no request after two messages")
+			}
+			r.OnAckRequest(req.Epoch, req.Seq)
+			lossAck, _ := r.Answer()
+			if lossAck != (Ack{Epoch: 7, ReqSeq: 102, Count: 0, Next: 100}) {
+				t.Fatalf("answer %+v, want a loss report of 100 and 101 counting nothing", lossAck)
+			}
+			if out := tr.OnAck(1*ms, lossAck); !out.Lost || out.ResendFrom != 100 || out.Resend != 2 {
+				t.Fatalf("the loss report: %+v, want a rewind to 100", out)
+			}
+			resent, ok := tr.OnSent(1*ms, w.NextSeq()) // 100 and 101 again, then a request
+			if !ok || resent.Seq != 102 {
+				t.Fatalf("re-sent two messages, request %+v, %v; want one for 102", resent, ok)
+			}
+			copyAck := lossAck
+			if copied == "request" {
+				r.OnAckRequest(req.Epoch, req.Seq)
+				copyAck, _ = r.Answer()
+			}
+			samples := tr.Stats().RTTSamples
+			out := tr.OnAck(1*ms+10*us, copyAck)
+			if out.Verdict != Duplicate || out.Lost || w.NextToSend() != 102 {
+				t.Fatalf("the copy %+v: %+v, cursor %d; want a duplicate and the cursor left at 102", copyAck, out, w.NextToSend())
+			}
+			if _, ok := tr.Outstanding(); !ok {
+				t.Fatal("the copy answered the request sent with the re-sent messages")
+			}
+			if s := tr.Stats(); s.RTTSamples != samples {
+				t.Fatalf("the copy was taken as a round trip: %d samples, want %d", s.RTTSamples, samples)
+			}
+			// The re-sent messages were lost too: the request is repeated,
+			// and its answer, the same report again, rewinds.
+			d, _ := tr.NextDeadline()
+			if rep, ok := tr.Tick(d); !ok || rep.Seq != 102 || rep.Open {
+				t.Fatalf("Tick at the timeout = %+v, %v; want the request for 102 again", rep, ok)
+			}
+			r.OnAckRequest(7, 102)
+			again, _ := r.Answer()
+			if out := tr.OnAck(d+10*us, again); !out.Lost || out.ResendFrom != 100 || out.Resend != 2 {
+				t.Fatalf("the answer %+v to the repeated request: %+v, want a rewind to 100", again, out)
+			}
+		})
+	}
+}

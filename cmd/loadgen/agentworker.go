@@ -24,6 +24,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -57,6 +58,9 @@ func (a *agent) runWorker(cc *control.Conn, p *control.WorkerPlan, ctlLocal net.
 	}
 	if _, err := jobs.BuildJSON(p.Spec, nil); err != nil {
 		return fmt.Errorf("worker: %w", err)
+	}
+	if err := checkInput(p); err != nil {
+		return err
 	}
 	listen := p.Listen
 	if listen == "" {
@@ -113,6 +117,29 @@ func (a *agent) runWorker(cc *control.Conn, p *control.WorkerPlan, ctlLocal net.
 	}
 	a.workers.mu.Unlock()
 	a.logf("worker %s (pid %d) exited: %v", key, cmd.Process.Pid, cmd.ProcessState)
+	return nil
+}
+
+// checkInput refuses to run the worker of node 0 of a wordcount job whose
+// input this agent cannot read. That worker runs the job's one source,
+// which reads the file (engine.Job.Placement puts task i on node i mod
+// nodes, and the source is task 0). A path that is wrong on this host is a
+// mistake in the command, which no restart mends: started, the source
+// would fail, and the engine would restart it until its restart policy
+// gave up, reporting that instead.
+func checkInput(p *control.WorkerPlan) error {
+	var spec jobs.Spec
+	if err := json.Unmarshal(p.Spec, &spec); err != nil || spec.Kind != "wordcount" || p.Node != 0 {
+		return err
+	}
+	f, err := os.Open(spec.Input)
+	if err == nil {
+		_, err = f.Read(make([]byte, 1)) // a directory opens, and fails here
+		f.Close()
+	}
+	if err != nil && err != io.EOF {
+		return fmt.Errorf("worker %d runs the wordcount source, and its --input must be readable at its path on this agent: %w", p.Node, err)
+	}
 	return nil
 }
 

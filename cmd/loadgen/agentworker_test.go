@@ -197,3 +197,53 @@ func TestCoordinateRefusesFlagsOfAnotherScenario(t *testing.T) {
 		}
 	}
 }
+
+// TestAWordCountInputMissingOnItsAgentFailsTheRunAtOnce: the input is
+// given as a path the coordinator reads (relative to its directory) but
+// the agent of node 0, which runs the job's source, does not have. That is
+// a mistake in the command, which no restart mends: the run must fail at
+// once, before a worker starts, with an error naming the file and the
+// agent. It used to start the worker, whose source failed, restart it until
+// the restart policy gave up, and report that.
+func TestAWordCountInputMissingOnItsAgentFailsTheRunAtOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short mode: builds loadgen and runs an agent process")
+	}
+	skipUnderRace(t)
+	bin := buildLoadgen(t)
+	dir, agentDir := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "words.txt"), []byte("a b c\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the agent
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	log := &syncBuffer{}
+	agent := exec.Command(bin, "agent", "--listen", addr, "--data-dir", filepath.Join(agentDir, "data"))
+	agent.Dir, agent.Stderr = agentDir, log // where words.txt is not
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agent.Process.Kill(); _ = agent.Wait() })
+	log.waitFor(t, "listening for coordinators")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
+	defer cancel()
+	co := exec.CommandContext(ctx, bin, "coordinate", "--scenario", "wordcount", "--agents", addr,
+		"--input", "words.txt", "--output", filepath.Join(dir, "counts.tsv"), "--max-restarts", "3")
+	var stderr bytes.Buffer
+	co.Dir, co.Stderr = dir, &stderr
+	err = co.Run()
+	msg := stderr.String()
+	if err == nil {
+		t.Fatalf("coordinate succeeded although its agent has no input:\n%s", msg)
+	}
+	if !strings.Contains(msg, "agent "+addr) || !strings.Contains(msg, "open words.txt") || strings.Contains(msg, "restart policy") {
+		t.Fatalf("coordinate failed with\n%s\nwant an error naming agent %s and the input words.txt, not the restart policy", tail(stderr.Bytes(), 3000), addr)
+	}
+	if strings.Contains(log.String(), "started worker") {
+		t.Errorf("the agent started a worker for a job whose input it does not have:\n%s", log.String())
+	}
+}

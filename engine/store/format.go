@@ -51,6 +51,9 @@ var (
 	// tail (it is followed by a later segment, or it changed after Open)
 	// failed verification.
 	ErrCorrupt = errors.New("store: corrupt segment")
+	// ErrSyncFailed is wrapped by the error of [Open] for a directory
+	// whose log once failed an fsync (see [SyncFailedFile]).
+	ErrSyncFailed = errors.New("store: an fsync of the log failed, so records it acknowledged may not be on disk")
 )
 
 // CorruptError reports a batch that failed verification where a torn tail

@@ -19,6 +19,14 @@
 // varint length and the payload. Only the last segment can have a torn tail:
 // a segment is fsynced before the next one is created (unless NoSync).
 //
+// A failed fsync cannot be detected later: the records it did not make
+// durable read back from the page cache until the kernel drops them, and
+// Linux reports a writeback error to one fsync only. So the log writes the
+// error to a file named [SyncFailedFile] in its directory as soon as an
+// fsync fails, and Open refuses a directory that holds one: a process that
+// dies before acting on the error leaves a log that no later process takes
+// for whole.
+//
 // Memory is bounded: segments are read through a 64 KiB streaming buffer and
 // a body buffer no larger than the largest batch present on disk, and the
 // in-memory sparse index costs 16 bytes per IndexInterval bytes of log.
@@ -30,6 +38,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 
@@ -53,6 +62,11 @@ type Replayable interface {
 }
 
 var _ Replayable = (*Log)(nil)
+
+// SyncFailedFile is the file, in a log's directory, that records the
+// first failed fsync of the log. Open refuses the directory while it exists
+// ([ErrSyncFailed]); a new log needs a new directory.
+const SyncFailedFile = "fsync-failed"
 
 // Options configure a Log. The zero value is ready to use.
 type Options struct {
@@ -124,13 +138,15 @@ type Log struct {
 
 	mu struct {
 		sync.Mutex
-		segs     []segment // sealed segments then the active one, in order
-		f        *os.File  // the active segment, opened for writing
-		buf      []byte    // reusable encoding buffer
-		err      error     // sticky: a failed write could not be undone, or an fsync failed
-		closed   bool
-		unsynced int64 // bytes appended to f since the last fsync began
-		syncing  bool  // a background fsync runs
+		segs []segment // sealed segments then the active one, in order
+		f    *os.File  // the active segment, opened for writing
+		buf  []byte    // reusable encoding buffer
+		err  error     // sticky: a failed write could not be undone, or an fsync failed
+		// syncFailed says an fsync failed and SyncFailedFile was written.
+		syncFailed bool
+		closed     bool
+		unsynced   int64 // bytes appended to f since the last fsync began
+		syncing    bool  // a background fsync runs
 		// aheadDone is closed when the running background fsync has
 		// recorded its outcome.
 		aheadDone chan struct{}
@@ -143,10 +159,18 @@ type Log struct {
 // magic, CRC mismatch) and everything after it are cut off, and
 // [Log.Recovered] reports how many bytes; in an earlier segment, which was
 // fsynced before its successor was created, such a batch is an error
-// wrapping [ErrCorrupt].
+// wrapping [ErrCorrupt]. A directory whose log once failed an fsync (it
+// holds [SyncFailedFile]) is refused with an error wrapping
+// [ErrSyncFailed] that says the failure.
 func Open(dir string, opts Options) (*Log, error) {
 	opts = opts.withDefaults()
 	if err := durable.MkdirAll(dir, !opts.NoSync); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	marker := filepath.Join(dir, SyncFailedFile)
+	if b, err := os.ReadFile(marker); err == nil {
+		return nil, fmt.Errorf("%w (%s: %s)", ErrSyncFailed, marker, b)
+	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	ents, err := os.ReadDir(dir)
@@ -323,10 +347,33 @@ func (l *Log) syncAhead(f *os.File, done chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.mu.syncing = false
-	if err != nil && !errors.Is(err, os.ErrClosed) && l.mu.err == nil {
-		l.mu.err = fmt.Errorf("store: background fsync: %w", err)
+	if err != nil && !errors.Is(err, os.ErrClosed) {
+		l.syncFailedLocked(fmt.Errorf("store: background fsync: %w", err))
 	}
 	close(done)
+}
+
+// syncFailedLocked makes the failure of an fsync, err, sticky (every later
+// call returns the first error) and, the first time, durable: it writes
+// err to SyncFailedFile, which makes every later Open refuse the
+// directory. If even that fails, the error says so too.
+func (l *Log) syncFailedLocked(err error) error {
+	if l.mu.err == nil {
+		l.mu.err = err
+	}
+	if l.mu.syncFailed {
+		return l.mu.err
+	}
+	l.mu.syncFailed = true
+	path := filepath.Join(l.dir, SyncFailedFile)
+	werr := durable.WriteFile(path, true, func(w io.Writer) error {
+		_, werr := io.WriteString(w, err.Error())
+		return werr
+	})
+	if werr != nil {
+		l.mu.err = fmt.Errorf("%w (and recording it in %s failed: %v)", l.mu.err, path, werr)
+	}
+	return l.mu.err
 }
 
 // rollLocked seals the active segment (fsyncing it, so that only the last
@@ -337,8 +384,7 @@ func (l *Log) rollLocked() error {
 	act := l.mu.segs[len(l.mu.segs)-1]
 	if !l.opts.NoSync {
 		if err := l.fsync(l.mu.f); err != nil {
-			l.mu.err = fmt.Errorf("store: fsync sealing %s: %w", act.path, err)
-			return l.mu.err
+			return l.syncFailedLocked(fmt.Errorf("store: fsync sealing %s: %w", act.path, err))
 		}
 	}
 	if err := l.mu.f.Close(); err != nil {
@@ -380,8 +426,8 @@ func (l *Log) Sync() error {
 	err := l.fsync(f)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err != nil && !errors.Is(err, os.ErrClosed) && l.mu.err == nil {
-		l.mu.err = fmt.Errorf("store: fsync: %w", err)
+	if err != nil && !errors.Is(err, os.ErrClosed) {
+		l.syncFailedLocked(fmt.Errorf("store: fsync: %w", err))
 	}
 	// A background fsync that began before ours returned is either done,
 	// its error recorded, or still running: wait for it. One that begins
@@ -559,11 +605,11 @@ func (l *Log) Close() error {
 	var err error
 	if l.mu.f != nil {
 		if !l.opts.NoSync {
-			err = l.fsync(l.mu.f)
+			if serr := l.fsync(l.mu.f); serr != nil {
+				l.syncFailedLocked(fmt.Errorf("store: fsync: %w", serr))
+			}
 		}
-		if cerr := l.mu.f.Close(); err == nil {
-			err = cerr
-		}
+		err = l.mu.f.Close()
 		l.mu.f = nil
 	}
 	if l.mu.err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -784,4 +785,86 @@ func TestAFailedFsyncWhenSealingASegmentFailsThatAppendAndEveryLaterCall(t *test
 	if err := l.Close(); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Close returned %v, want EIO", err)
 	}
+}
+
+// TestAFailedFsyncMakesEveryLaterOpenRefuseTheLog: once an fsync of a log
+// has failed, records it acknowledged may be missing from disk although
+// they read back from the page cache, and the fsync that took the error
+// does not report it again. A process that dies right after the failure,
+// before anyone acted on its error, must not leave a log that the next
+// process opens as whole: Open refuses it with ErrSyncFailed, naming the
+// failure, whether the failed fsync was Close's, Sync's, a background one
+// or the one that seals a segment.
+func TestAFailedFsyncMakesEveryLaterOpenRefuseTheLog(t *testing.T) {
+	rec := []Record{{Ts: 1, Payload: make([]byte, 200)}}
+	tests := []struct {
+		name string
+		opts Options
+		// fail makes the log hit the failing fsync and returns the error
+		// of that call.
+		fail func(l *Log) error
+	}{
+		{"Close", Options{SyncAhead: -1}, func(l *Log) error { return l.Close() }},
+		{"Sync", Options{SyncAhead: -1}, func(l *Log) error { return l.Sync() }},
+		{"a background fsync", Options{SyncAhead: 1}, func(l *Log) error {
+			return l.Sync() // waits for the one the first Append started, and takes its error
+		}},
+		{"sealing a segment", Options{SegmentBytes: 256, SyncAhead: -1}, func(l *Log) error { return l.Append(rec) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l, err := Open(dir, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			var failed atomic.Bool
+			l.fsync = func(f *os.File) error {
+				if failed.CompareAndSwap(false, true) {
+					return syscall.EIO
+				}
+				return f.Sync()
+			}
+			if err := l.Append(rec); err != nil {
+				t.Fatal(err)
+			}
+			if err := tt.fail(l); !errors.Is(err, syscall.EIO) {
+				t.Fatalf("the call whose fsync failed returned %v, want EIO", err)
+			}
+			// The process dies here: the next one opens the directory.
+			again, err := Open(dir, tt.opts)
+			if err == nil {
+				again.Close()
+				t.Fatal("a log whose fsync failed opens again as if nothing were lost")
+			}
+			if !errors.Is(err, ErrSyncFailed) || !strings.Contains(err.Error(), syscall.EIO.Error()) {
+				t.Fatalf("Open after the failed fsync returned %v; want ErrSyncFailed naming the fsync's error", err)
+			}
+		})
+	}
+}
+
+// TestALogThatNeverFailedAnFsyncOpensAgainAfterACrash: a process that dies
+// with its log open (no Close) leaves nothing that makes the next Open
+// refuse it: only a failed fsync does.
+func TestALogThatNeverFailedAnFsyncOpensAgainAfterACrash(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Open(dir, Options{SyncAhead: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Append([]Record{{Ts: 1, Payload: []byte("kept")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open after a crash without a failed fsync: %v", err)
+	}
+	defer again.Close()
+	sameRecords(t, "after the crash", replayAll(t, again, math.MinInt64), []Record{{Ts: 1, Payload: []byte("kept")}})
 }
