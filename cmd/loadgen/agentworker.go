@@ -132,12 +132,7 @@ func checkInput(p *control.WorkerPlan) error {
 	if err := json.Unmarshal(p.Spec, &spec); err != nil || spec.Kind != "wordcount" || p.Node != 0 {
 		return err
 	}
-	f, err := os.Open(spec.Input)
-	if err == nil {
-		_, err = f.Read(make([]byte, 1)) // a directory opens, and fails here
-		f.Close()
-	}
-	if err != nil && err != io.EOF {
+	if err := readableInput(spec.Input); err != nil {
 		return fmt.Errorf("worker %d runs the wordcount source, and its --input must be readable at its path on this agent: %w", p.Node, err)
 	}
 	return nil

@@ -171,6 +171,11 @@ func TestWordCountWithWorkersOnAgentsOverLoopback(t *testing.T) {
 }
 
 func TestCoordinateRefusesFlagsOfAnotherScenario(t *testing.T) {
+	dir := t.TempDir()
+	input, missing, output := filepath.Join(dir, "words.txt"), filepath.Join(dir, "missing.txt"), filepath.Join(dir, "counts.txt")
+	if err := os.WriteFile(input, []byte("a b a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		want string
@@ -185,8 +190,11 @@ func TestCoordinateRefusesFlagsOfAnotherScenario(t *testing.T) {
 		{[]string{"--scenario", "wordcount", "--agents", "127.0.0.1:1", "--clock-correction=false"}, "--clock-correction is for --scenario transport"},
 		{[]string{"--scenario", "pipeline", "--agents", "127.0.0.1:1", "--parallelism", "0"}, "--parallelism must be >= 1, got 0"},
 		{[]string{"--scenario", "wordcount", "--agents", ""}, "--agents names no agent"},
-		{[]string{"--scenario", "wordcount", "--agents", "127.0.0.1:1,127.0.0.1:1"}, "listed twice"},
-		{[]string{"--scenario", "wordcount", "--agents", "nohost"}, "agent address"},
+		{[]string{"--scenario", "wordcount", "--agents", "127.0.0.1:1,127.0.0.1:1", "--input", input, "--output", output}, "listed twice"},
+		{[]string{"--scenario", "wordcount", "--agents", "nohost", "--input", input, "--output", output}, "agent address"},
+		{[]string{"--scenario", "wordcount", "--agents", "127.0.0.1:1"}, "wordcount needs --input and --output"},
+		// The coordinator counts the input again to check the output.
+		{[]string{"--scenario", "wordcount", "--agents", "127.0.0.1:1", "--input", missing, "--output", output}, "coordinate: --input: open " + missing},
 		{[]string{"--scenario", "sort", "--agents", "127.0.0.1:1"}, "unknown scenario"},
 	}
 	for _, c := range cases {

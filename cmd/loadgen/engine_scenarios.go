@@ -278,9 +278,6 @@ func engineReport(scenario string, cfg map[string]any, res *engine.Result, elaps
 }
 
 func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConfig, sec nodeFlags, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {
-	if ec.input == "" || ec.output == "" {
-		return nil, nil, errors.New("wordcount needs --input and --output")
-	}
 	spec := jobs.Spec{Kind: "wordcount", Input: ec.input, Middle: ec.parallelism, Last: ec.parallelism}
 	var prog *bench.Progress
 	res, elapsed, err := runEngine(ctx, spec, ec, tc, sec, 4096, nil, &prog, stderr)

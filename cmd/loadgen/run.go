@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -95,6 +96,31 @@ func checkEngineRun(scenario string, ec engineConfig, tc transportConfig) error 
 	if scenario == "pipeline" && tc.duration <= 0 {
 		return fmt.Errorf("--duration must be positive, got %v", tc.duration)
 	}
+	if scenario == "wordcount" {
+		if ec.input == "" || ec.output == "" {
+			return errors.New("wordcount needs --input and --output")
+		}
+		// Here, not when the source opens it: a path that is wrong is a
+		// mistake in the command, which no restart of the source mends.
+		// (The check at the end counts the input again here, also when
+		// coordinate runs the source on an agent.)
+		if err := readableInput(ec.input); err != nil {
+			return fmt.Errorf("--input: %w", err)
+		}
+	}
+	return nil
+}
+
+// readableInput says why the file at path cannot be read, or nil.
+func readableInput(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Read(make([]byte, 1)); err != nil && err != io.EOF { // a directory opens, and fails here
+		return fmt.Errorf("%s: %w", path, err)
+	}
 	return nil
 }
 
@@ -139,15 +165,6 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err := checkEngineRun(*scenario, ec, tc); err != nil {
 			return fmt.Errorf("run: %w", err)
 		}
-	}
-	if *scenario == "wordcount" && ec.input != "" {
-		// The engine's source would fail to open it, again at every
-		// restart, and the run wait for words that never come.
-		f, err := os.Open(ec.input)
-		if err != nil {
-			return fmt.Errorf("run: --input: %w", err)
-		}
-		f.Close()
 	}
 	if err := sec.startMetrics(ctx, stderr); err != nil {
 		return err

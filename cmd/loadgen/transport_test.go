@@ -227,6 +227,7 @@ func TestRunRefusesFlagsOfAnotherScenarioAndValuesOutOfRange(t *testing.T) {
 		{[]string{"--scenario", "pipeline", "--duration", "0s"}, "--duration must be positive, got 0s"},
 		{[]string{"--scenario", "sort"}, "unknown scenario \"sort\""},
 		{[]string{"--scenario", "wordcount", "--input", missing, "--output", "y"}, "run: --input: open " + missing},
+		{[]string{"--scenario", "wordcount", "--input", t.TempDir(), "--output", "y"}, "run: --input: "}, // a directory
 	} {
 		err := run(context.Background(), append([]string{"run"}, c.args...), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
