@@ -69,20 +69,7 @@ func TestWordCountWithWorkersOnAgentsOverLoopback(t *testing.T) {
 	var addrs []string
 	var logs []*syncBuffer
 	for i := range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the agent
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
-		log := &syncBuffer{}
-		cmd := exec.Command(bin, "agent", "--listen", addr, "--data-dir", filepath.Join(dir, fmt.Sprintf("agent%d", i)))
-		cmd.Stderr = log
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		log.waitFor(t, "listening for coordinators")
+		addr, log := startAgentProcess(t, bin, filepath.Join(dir, fmt.Sprintf("agent%d", i)), "")
 		addrs, logs = append(addrs, addr), append(logs, log)
 	}
 	coordinate := func(ctx context.Context, out string, more ...string) *exec.Cmd {
@@ -223,27 +210,15 @@ func TestAWordCountInputMissingOnItsAgentFailsTheRunAtOnce(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "words.txt"), []byte("a b c\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the agent
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	log := &syncBuffer{}
-	agent := exec.Command(bin, "agent", "--listen", addr, "--data-dir", filepath.Join(agentDir, "data"))
-	agent.Dir, agent.Stderr = agentDir, log // where words.txt is not
-	if err := agent.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = agent.Process.Kill(); _ = agent.Wait() })
-	log.waitFor(t, "listening for coordinators")
+	// The agent runs where words.txt is not.
+	addr, log := startAgentProcess(t, bin, filepath.Join(agentDir, "data"), agentDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
 	defer cancel()
 	co := exec.CommandContext(ctx, bin, "coordinate", "--scenario", "wordcount", "--agents", addr,
 		"--input", "words.txt", "--output", filepath.Join(dir, "counts.tsv"), "--max-restarts", "3")
 	var stderr bytes.Buffer
 	co.Dir, co.Stderr = dir, &stderr
-	err = co.Run()
+	err := co.Run()
 	msg := stderr.String()
 	if err == nil {
 		t.Fatalf("coordinate succeeded although its agent has no input:\n%s", msg)
@@ -254,4 +229,26 @@ func TestAWordCountInputMissingOnItsAgentFailsTheRunAtOnce(t *testing.T) {
 	if strings.Contains(log.String(), "started worker") {
 		t.Errorf("the agent started a worker for a job whose input it does not have:\n%s", log.String())
 	}
+}
+
+// startAgentProcess starts bin's agent on a free loopback port, keeping its
+// data in dataDir and running in workDir ("": the test's), and returns its
+// address and its log once it listens. It is killed when the test ends.
+func startAgentProcess(t *testing.T, bin, dataDir, workDir string) (string, *syncBuffer) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for the agent
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	log := &syncBuffer{}
+	cmd := exec.Command(bin, "agent", "--listen", addr, "--data-dir", dataDir)
+	cmd.Dir, cmd.Stderr = workDir, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	log.waitFor(t, "listening for coordinators")
+	return addr, log
 }
