@@ -285,7 +285,11 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	if r.Clock != nil {
 		row("latency clock", mdEscape(r.Clock.String()))
 	}
-	row("wire bytes", fmt.Sprintf("%s (%s per message)", grouped(r.WireBytes), sig3(r.WireBytesPerMsg)))
+	if r.WireBytes == 0 && r.MessagesDelivered > 0 {
+		row("wire bytes", "0: no message crossed a connection (every task on one node)")
+	} else {
+		row("wire bytes", fmt.Sprintf("%s (%s per message)", grouped(r.WireBytes), sig3(r.WireBytesPerMsg)))
+	}
 	row("recoveries", grouped(r.Recoveries))
 	if rc := r.Recovery; rc != nil {
 		row("recovery time p50 / max", fmt.Sprintf("%s / %s ms", sig3(rc.P50Ms), sig3(rc.MaxMs)))

@@ -331,3 +331,25 @@ func TestWriteDirWithoutARecorderSkipsTheLatencyFiles(t *testing.T) {
 		t.Errorf("an empty timeline should say so: %q", texts)
 	}
 }
+
+// A run whose messages never crossed a connection says why its wire bytes
+// are 0, instead of a per-message figure of 0.
+func TestMarkdownSaysWhyNoWireBytes(t *testing.T) {
+	for _, c := range []struct {
+		wire int64
+		want string
+	}{
+		{0, "| wire bytes | 0: no message crossed a connection (every task on one node) |"},
+		{102_100_000, "| wire bytes | 102,100,000 (102 per message) |"},
+	} {
+		r := sampleReport()
+		r.WireBytes, r.WireBytesPerMsg = c.wire, float64(c.wire)/float64(r.MessagesDelivered)
+		var buf bytes.Buffer
+		if err := WriteMarkdown(&buf, r); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(buf.String(), c.want) {
+			t.Errorf("%d wire bytes: markdown lacks %q:\n%s", c.wire, c.want, buf.String())
+		}
+	}
+}
