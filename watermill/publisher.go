@@ -29,9 +29,10 @@ var (
 // which only dials. Publish sends each message to every subscription
 // announced for its topic in the Directory, over one Sluice channel per
 // subscription (source: this publisher's task, target: the topic's task on
-// the subscriber's node), in the order of the Publish calls. Safe for
-// concurrent use; messages of concurrent Publish calls to one topic are not
-// interleaved.
+// the subscriber's node), in the order of the Publish calls. When no topic
+// it publishes to has a subscription at an address any more, it closes its
+// node's peer there, which stops dialing it. Safe for concurrent use;
+// messages of concurrent Publish calls to one topic are not interleaved.
 type Publisher struct {
 	node   *transport.Node
 	dir    Directory
@@ -46,6 +47,19 @@ type Publisher struct {
 		routes map[string]*route
 		closed bool
 	}
+	// peers are the node's peers that routes send to, by subscriber
+	// address, each with the number of routes' endpoints there: the peer
+	// of an address that no route uses any more is closed, so that a
+	// subscriber gone for good is not redialed forever.
+	peers struct {
+		sync.Mutex
+		m map[string]*peerUse
+	}
+}
+
+type peerUse struct {
+	peer *transport.Peer
+	uses int
 }
 
 // route is what a Publisher knows about one topic: the subscriptions
@@ -93,6 +107,7 @@ func NewPublisher(dir Directory, opts ...Option) (*Publisher, error) {
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.mu.routes = make(map[string]*route)
+	p.peers.m = make(map[string]*peerUse)
 	return p, nil
 }
 
@@ -162,7 +177,7 @@ func (r *route) update(eps []Endpoint) {
 		if r.mu.senders[ep] != nil {
 			continue
 		}
-		s, err := r.open(ep)
+		s, err := r.p.openSender(ep)
 		if err != nil {
 			r.p.o.log.Warn("watermill: cannot open a channel to a subscription", "topic", r.topic, "addr", ep.Addr, "err", err)
 			continue
@@ -171,7 +186,7 @@ func (r *route) update(eps []Endpoint) {
 	}
 	for ep, s := range r.mu.senders {
 		if !keep[ep] {
-			_ = s.Close()
+			r.p.closeSender(ep, s)
 			delete(r.mu.senders, ep)
 		}
 	}
@@ -186,12 +201,43 @@ func (r *route) update(eps []Endpoint) {
 	}
 }
 
-func (r *route) open(ep Endpoint) (*transport.Sender, error) {
-	peer, err := r.p.node.Peer(ep.Addr)
+// openSender opens the channel to ep, dialing its address if no route
+// sends there yet.
+func (p *Publisher) openSender(ep Endpoint) (*transport.Sender, error) {
+	p.peers.Lock()
+	defer p.peers.Unlock()
+	u := p.peers.m[ep.Addr]
+	if u == nil {
+		peer, err := p.node.Peer(ep.Addr)
+		if err != nil {
+			return nil, err
+		}
+		u = &peerUse{peer: peer}
+	}
+	s, err := u.peer.OpenSender(p.ctx, p.source, ep.Task)
 	if err != nil {
+		if u.uses == 0 {
+			_ = u.peer.Close()
+		}
 		return nil, err
 	}
-	return peer.OpenSender(r.p.ctx, r.p.source, ep.Task)
+	u.uses++
+	p.peers.m[ep.Addr] = u
+	return s, nil
+}
+
+// closeSender closes s, the channel to ep, which was withdrawn, and the
+// peer of its address if no route sends there any more.
+func (p *Publisher) closeSender(ep Endpoint, s *transport.Sender) {
+	_ = s.Close()
+	p.peers.Lock()
+	defer p.peers.Unlock()
+	u := p.peers.m[ep.Addr]
+	if u.uses--; u.uses > 0 {
+		return
+	}
+	delete(p.peers.m, ep.Addr)
+	_ = u.peer.Close()
 }
 
 func (r *route) current() ([]*transport.Sender, <-chan struct{}) {

@@ -513,3 +513,77 @@ func TestAMessageNoWindowHoldsIsRefusedAndDoesNotBlockTheTopic(t *testing.T) {
 		t.Fatalf("got %q, want the message published after the refused one", got)
 	}
 }
+
+// peers is how many subscriber nodes pub's node keeps a peer for (and
+// dials while they are down).
+func peers(pub *watermill.Publisher) int { return len(pub.Node().Stats().Peers) }
+
+// The publisher keeps a peer for a subscriber's address while a topic it
+// publishes to has a subscription there, and closes it when the last one
+// is withdrawn: subscribers that come and go leave no peer behind, and
+// one that announces again is reached again.
+func TestThePublisherClosesThePeersOfSubscribersThatLeft(t *testing.T) {
+	dir := watermill.NewMemDirectory()
+	pub := newPublisher(t, dir)
+	for i := range 5 {
+		sub, err := watermill.NewSubscriber(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs := subscribe(t, sub, "come-and-go")
+		if err := pub.Publish("come-and-go", numbered(i)); err != nil {
+			t.Fatal(err)
+		}
+		if got := receive(t, msgs, 1); got[0] != strconv.Itoa(i) {
+			t.Fatalf("subscriber %d received %v", i, got)
+		}
+		if n := peers(pub); n != 1 {
+			t.Fatalf("with subscriber %d up, the publisher has %d peers, want 1", i, n)
+		}
+		if err := sub.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := peers(pub); n != 0 {
+			t.Fatalf("after subscriber %d left, the publisher has %d peers, want 0", i, n)
+		}
+	}
+
+	// Two topics at one subscriber share its peer until both are gone.
+	sub := newSubscriber(t, dir)
+	a, b := subscribe(t, sub, "a"), subscribe(t, sub, "b")
+	for _, topic := range []string{"a", "b"} {
+		if err := pub.Publish(topic, numbered(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive(t, a, 1)
+	receive(t, b, 1)
+	epA := watermill.Endpoint{Addr: sub.Addr(), Task: watermill.TopicTask("a")}
+	epB := watermill.Endpoint{Addr: sub.Addr(), Task: watermill.TopicTask("b")}
+	if err := dir.Withdraw("a", epA); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("b", numbered(1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, b, 1); got[0] != "1" || peers(pub) != 1 {
+		t.Fatalf("with topic a withdrawn, b received %v and the publisher has %d peers; want 1 and one peer", got, peers(pub))
+	}
+	if err := dir.Withdraw("b", epB); err != nil {
+		t.Fatal(err)
+	}
+	if n := peers(pub); n != 0 {
+		t.Fatalf("with both topics withdrawn the publisher has %d peers, want 0", n)
+	}
+	// Announced again, the same subscriber, still up, is dialed again and
+	// its channel goes on where it stopped.
+	if err := dir.Announce("a", epA); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("a", numbered(2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, a, 1); got[0] != "2" {
+		t.Fatalf("topic a announced again received %v, want 2", got)
+	}
+}
