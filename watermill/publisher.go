@@ -71,7 +71,7 @@ type route struct {
 	stop  func()
 
 	// send serializes publishing to the topic, so that every subscription
-	// receives its messages in one order, and guards the backlog and
+	// receives its messages in one order, and guards the backlog, took and
 	// closed.
 	send sync.Mutex
 	// closed is set by Close once it has flushed the backlog: a Publish
@@ -80,13 +80,17 @@ type route struct {
 	closed       bool
 	backlog      [][]byte
 	backlogBytes int
-	buf          []byte
+	// took holds the senders that took the backlog's first message in a
+	// flush that then failed at another: the next flush sends it to the
+	// others only.
+	took map[*transport.Sender]bool
+	buf  []byte
 
 	mu struct {
 		sync.Mutex
 		senders map[Endpoint]*transport.Sender
-		list    []*transport.Sender
-		changed chan struct{} // closed and replaced when senders change
+		list    []*transport.Sender // in the order the directory lists their endpoints
+		changed chan struct{}       // closed and replaced when senders change
 	}
 }
 
@@ -140,9 +144,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	return nil
 }
 
-// testHookRouted is called by Publish between finding the topic's route
-// and taking its send lock.
-var testHookRouted func()
+// Test hooks: testHookRouted is called by Publish between finding the
+// topic's route and taking its send lock; testHookBacklogFull by
+// publishLocked, holding the send lock, each time it waits for room in the
+// backlog.
+var testHookRouted, testHookBacklogFull func()
 
 func (p *Publisher) route(topic string) (*route, error) {
 	p.mu.Lock()
@@ -172,17 +178,22 @@ func (r *route) update(eps []Endpoint) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	keep := make(map[Endpoint]bool, len(eps))
+	list := make([]*transport.Sender, 0, len(eps))
 	for _, ep := range eps {
+		if keep[ep] {
+			continue
+		}
 		keep[ep] = true
-		if r.mu.senders[ep] != nil {
-			continue
+		s := r.mu.senders[ep]
+		if s == nil {
+			var err error
+			if s, err = r.p.openSender(ep); err != nil {
+				r.p.o.log.Warn("watermill: cannot open a channel to a subscription", "topic", r.topic, "addr", ep.Addr, "err", err)
+				continue
+			}
+			r.mu.senders[ep] = s
 		}
-		s, err := r.p.openSender(ep)
-		if err != nil {
-			r.p.o.log.Warn("watermill: cannot open a channel to a subscription", "topic", r.topic, "addr", ep.Addr, "err", err)
-			continue
-		}
-		r.mu.senders[ep] = s
+		list = append(list, s)
 	}
 	for ep, s := range r.mu.senders {
 		if !keep[ep] {
@@ -190,10 +201,7 @@ func (r *route) update(eps []Endpoint) {
 			delete(r.mu.senders, ep)
 		}
 	}
-	r.mu.list = make([]*transport.Sender, 0, len(r.mu.senders))
-	for _, s := range r.mu.senders {
-		r.mu.list = append(r.mu.list, s)
-	}
+	r.mu.list = list
 	close(r.mu.changed)
 	r.mu.changed = make(chan struct{})
 	if len(r.mu.list) > 0 {
@@ -280,12 +288,15 @@ func (r *route) publishLocked(mctx context.Context, payload []byte) error {
 			if err := r.flushLocked(ctx, senders); err != nil {
 				return err
 			}
-			return r.p.sendAll(ctx, senders, payload)
+			return r.p.sendAll(ctx, senders, payload, nil)
 		}
 		if len(r.backlog) < r.p.o.backlogMsgs && r.backlogBytes+len(payload) <= r.p.o.backlogBytes {
 			r.backlog = append(r.backlog, append([]byte(nil), payload...))
 			r.backlogBytes += len(payload)
 			return nil
+		}
+		if testHookBacklogFull != nil {
+			testHookBacklogFull()
 		}
 		select {
 		case <-changed:
@@ -295,29 +306,42 @@ func (r *route) publishLocked(mctx context.Context, payload []byte) error {
 	}
 }
 
-// flushLocked sends the backlog, oldest first.
+// flushLocked sends the backlog, oldest first. A message that some
+// senders took before another failed stays first, and the next flush
+// sends it to the others only (took): no subscription gets it twice.
 func (r *route) flushLocked(ctx context.Context, senders []*transport.Sender) error {
 	for len(r.backlog) > 0 {
-		if err := r.p.sendAll(ctx, senders, r.backlog[0]); err != nil {
+		if r.took == nil {
+			r.took = make(map[*transport.Sender]bool, len(senders))
+		}
+		if err := r.p.sendAll(ctx, senders, r.backlog[0], r.took); err != nil {
 			return err
 		}
+		clear(r.took)
 		r.backlogBytes -= len(r.backlog[0])
 		r.backlog[0] = nil
 		r.backlog = r.backlog[1:]
 	}
-	r.backlog = nil
+	r.backlog, r.took = nil, nil
 	return nil
 }
 
-// sendAll sends payload on every sender. A sender closed because its
+// sendAll sends payload on every sender but those in took, and adds to
+// took, if it is not nil, those that take it. A sender closed because its
 // subscription was withdrawn is passed over: the message was for a
 // subscription that is gone.
-func (p *Publisher) sendAll(ctx context.Context, senders []*transport.Sender, payload []byte) error {
+func (p *Publisher) sendAll(ctx context.Context, senders []*transport.Sender, payload []byte, took map[*transport.Sender]bool) error {
 	ts := time.Now().UnixNano()
 	for _, s := range senders {
+		if took[s] {
+			continue
+		}
 		err := s.Send(ctx, ts, payload)
 		switch {
 		case err == nil:
+			if took != nil {
+				took[s] = true
+			}
 		case errors.Is(err, transport.ErrClosed) && p.ctx.Err() == nil:
 		case ctx.Err() != nil:
 			return p.ctxErr(ctx)
