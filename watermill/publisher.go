@@ -71,9 +71,11 @@ type route struct {
 	stop  func()
 
 	// send serializes publishing to the topic, so that every subscription
-	// receives its messages in one order, and guards the backlog, took and
-	// closed.
-	send sync.Mutex
+	// receives its messages in one order, and guards the backlog, took,
+	// closed and buf. It is a lock (lock, unlock) made of a channel of one
+	// slot, so that a Publish waiting for it gives up when its context
+	// ends.
+	send chan struct{}
 	// closed is set by Close once it has flushed the backlog: a Publish
 	// that found the route before Close and takes send after it fails
 	// rather than leave its message where nothing sends it.
@@ -121,10 +123,11 @@ func (p *Publisher) Node() *transport.Node { return p.node }
 // Publish sends msgs to every subscription of topic, in order. It returns
 // once each message is in the window of every subscription's channel (which
 // keeps it until the subscriber acknowledges it), or in the topic's backlog
-// when no subscription is announced. It blocks while a channel has no credit
-// (the subscriber has not acknowledged enough) or the backlog is full, until
-// the message's context ends (message.Message.Context) or the publisher
-// closes.
+// when no subscription is announced. It blocks while another Publish to
+// the topic (or the sending of its backlog) is under way, while a channel
+// has no credit (the subscriber has not acknowledged enough) or while the
+// backlog is full, until the message's context ends
+// (message.Message.Context) or the publisher closes.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	r, err := p.route(topic)
 	if err != nil {
@@ -133,11 +136,14 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if testHookRouted != nil {
 		testHookRouted()
 	}
-	r.send.Lock()
-	defer r.send.Unlock()
+	locked := false
+	defer func() {
+		if locked {
+			r.unlock()
+		}
+	}()
 	for i, m := range msgs {
-		r.buf = AppendMessage(r.buf[:0], m)
-		if err := r.publishLocked(m.Context(), r.buf); err != nil {
+		if err := r.publish(m, &locked); err != nil {
 			return fmt.Errorf("watermill: publishing message %d of %d (%s) to %q: %w", i+1, len(msgs), m.UUID, topic, err)
 		}
 	}
@@ -150,6 +156,52 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // backlog.
 var testHookRouted, testHookBacklogFull func()
 
+// publish sends m, or keeps it in the backlog, under the route's send
+// lock, which it takes first unless *locked says it holds it already.
+func (r *route) publish(m *message.Message, locked *bool) error {
+	ctx, cancel := r.p.sendCtx(m.Context())
+	defer cancel()
+	if !*locked {
+		if err := r.lock(ctx); err != nil {
+			return err
+		}
+		*locked = true
+	}
+	r.buf = AppendMessage(r.buf[:0], m)
+	return r.publishLocked(ctx, r.buf)
+}
+
+// sendCtx is what sending a message whose own context is mctx waits
+// under: it ends with mctx or when the publisher stops.
+func (p *Publisher) sendCtx(mctx context.Context) (context.Context, context.CancelFunc) {
+	if mctx == nil || mctx == context.Background() {
+		return p.ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(mctx)
+	stop := context.AfterFunc(p.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// lock takes the route's send lock, waiting for it until ctx ends.
+func (r *route) lock(ctx context.Context) error {
+	select {
+	case r.send <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case r.send <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the topic's Publish or backlog under way: %w", r.p.ctxErr(ctx))
+	}
+}
+
+func (r *route) unlock() { <-r.send }
+
 func (p *Publisher) route(topic string) (*route, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -159,7 +211,7 @@ func (p *Publisher) route(topic string) (*route, error) {
 	if r := p.mu.routes[topic]; r != nil {
 		return r, nil
 	}
-	r := &route{p: p, topic: topic}
+	r := &route{p: p, topic: topic, send: make(chan struct{}, 1)}
 	r.mu.senders = make(map[Endpoint]*transport.Sender)
 	r.mu.changed = make(chan struct{})
 	stop, err := p.dir.Watch(topic, r.update)
@@ -256,8 +308,10 @@ func (r *route) current() ([]*transport.Sender, <-chan struct{}) {
 
 // drain sends the backlog to the subscriptions that just appeared.
 func (r *route) drain() {
-	r.send.Lock()
-	defer r.send.Unlock()
+	if r.lock(r.p.ctx) != nil {
+		return // the publisher stopped: Close counts what the backlog holds
+	}
+	defer r.unlock()
 	if senders, _ := r.current(); len(senders) > 0 {
 		if err := r.flushLocked(r.p.ctx, senders); err != nil && r.p.ctx.Err() == nil {
 			r.p.o.log.Warn("watermill: sending the backlog", "topic", r.topic, "err", err)
@@ -265,8 +319,9 @@ func (r *route) drain() {
 	}
 }
 
-// publishLocked sends one encoded message, or keeps it in the backlog.
-func (r *route) publishLocked(mctx context.Context, payload []byte) error {
+// publishLocked sends one encoded message, or keeps it in the backlog,
+// waiting for credit or room until ctx (sendCtx) ends.
+func (r *route) publishLocked(ctx context.Context, payload []byte) error {
 	if r.closed {
 		return ErrClosed
 	}
@@ -274,13 +329,6 @@ func (r *route) publishLocked(mctx context.Context, payload []byte) error {
 	// block the topic for good once a subscriber came.
 	if most := r.p.node.MaxPayload(); len(payload) > most {
 		return fmt.Errorf("%w: the message is %d bytes encoded, a channel's window takes at most %d", transport.ErrTooLarge, len(payload), most)
-	}
-	ctx := r.p.ctx
-	if mctx != nil && mctx != context.Background() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(mctx)
-		defer cancel()
-		defer context.AfterFunc(r.p.ctx, cancel)()
 	}
 	for {
 		senders, changed := r.current()
@@ -392,13 +440,13 @@ func (p *Publisher) Close() error {
 
 	var unrouted, unsent int
 	for _, r := range routes {
-		r.send.Lock() // waits for the Publish under way
+		r.send <- struct{}{} // waits for the Publish under way
 		if senders, _ := r.current(); len(senders) > 0 {
 			_ = r.flushLocked(p.ctx, senders)
 		}
 		unrouted += len(r.backlog)
 		r.closed = true
-		r.send.Unlock()
+		r.unlock()
 		r.stop()
 	}
 	for _, r := range routes {

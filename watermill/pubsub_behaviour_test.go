@@ -719,3 +719,58 @@ func TestABacklogMessageSomeSubscriptionsTookIsNotSentToThemAgain(t *testing.T) 
 		t.Fatal(err)
 	}
 }
+
+// A Publish waiting behind the topic's sending under way (here the backlog,
+// which waits for credit: the subscription holds a message unacked) gives
+// up when its message's context ends, with the context's error; the topic
+// works on afterwards.
+func TestAPublishWaitingForItsTopicGivesUpWhenItsContextEnds(t *testing.T) {
+	dir := watermill.NewMemDirectory()
+	pub := newPublisher(t, dir, watermill.WithNodeOptions(transport.WithWindow(1, 1<<20)))
+	for i := range 2 {
+		if err := pub.Publish("t", numbered(i)); err != nil { // into the backlog
+			t.Fatal(err)
+		}
+	}
+	msgs := subscribe(t, newSubscriber(t, dir), "t")
+	// The backlog is being sent: message 0 came, and message 1 waits for
+	// the credit that only an ack of 0 gives, holding the topic.
+	var held *message.Message
+	select {
+	case held = <-msgs:
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("the subscription received nothing")
+	}
+	routed := make(chan struct{}, 1)
+	watermill.HookRouted(t, func() {
+		select {
+		case routed <- struct{}{}:
+		default:
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	m := numbered(2)
+	m.SetContext(ctx)
+	published := make(chan error, 1)
+	go func() { published <- pub.Publish("t", m) }()
+	<-routed
+	cancel()
+	select {
+	case err := <-published:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a Publish waiting for its topic, its context cancelled: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("a Publish waiting for its topic does not return when its context is cancelled")
+	}
+	held.Ack()
+	if got := receive(t, msgs, 1); got[0] != "1" {
+		t.Fatalf("received %v after 0, want 1", got)
+	}
+	if err := pub.Publish("t", numbered(3)); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, msgs, 1); got[0] != "3" {
+		t.Fatalf("received %v after 1, want 3", got)
+	}
+}
