@@ -55,7 +55,9 @@
 // Channels outlive connections: when a connection breaks, the peer redials
 // with exponential backoff and jitter, each channel re-opens with its epoch,
 // and sending resumes from the target's next expected sequence number, so no
-// message is lost or repeated while both tasks live.
+// message is lost or repeated while both tasks live. A peer gone for good is
+// closed with [Peer.Close]: it stops redialing, its senders fail with
+// ErrClosed, and the node lets go of it.
 //
 // Connections run on one of two backends behind one internal interface:
 // gnet event loops (the default) or the standard net package

@@ -54,6 +54,9 @@ type Node struct {
 		recv    map[pair]*recvState
 		perAddr map[string]int // accepted connections by remote host
 		closed  bool
+		// resume is, by address, where the channels of a peer closed
+		// there would go on (see Peer.Close), until a new peer takes it.
+		resume map[string]map[taskid.Channel]uint64
 
 		newHandler func(taskid.ID) Handler
 		newInline  bool // newHandler's handlers run inline
@@ -87,6 +90,7 @@ func NewNode(opts ...Option) (*Node, error) {
 	n.health.slow = make(map[*Peer]struct{})
 	n.log = logger{o.logger}
 	n.mu.peers = make(map[string]*Peer)
+	n.mu.resume = make(map[string]map[taskid.Channel]uint64)
 	n.mu.conns = make(map[*conn]struct{})
 	n.mu.inboxes = make(map[taskid.ID]*inbox)
 	n.mu.recv = make(map[pair]*recvState)
@@ -387,8 +391,9 @@ func (n *Node) recvState(source, target taskid.ID) (*recvState, error) {
 	return rs, nil
 }
 
-// Peer returns the peer at addr ("host:port"), dialing it if it is new.
-// The connection comes up in the background; see [Peer.WaitConnected].
+// Peer returns the peer at addr ("host:port"), dialing it if it is new or
+// was closed ([Peer.Close]). The connection comes up in the background;
+// see [Peer.WaitConnected].
 func (n *Node) Peer(addr string) (*Peer, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return nil, fmt.Errorf("transport: peer address %q: %w", addr, err)
@@ -400,7 +405,8 @@ func (n *Node) Peer(addr string) (*Peer, error) {
 	}
 	p, ok := n.mu.peers[addr]
 	if !ok {
-		p = newPeer(n, addr)
+		p = newPeer(n, addr, n.mu.resume[addr])
+		delete(n.mu.resume, addr)
 		n.mu.peers[addr] = p
 	}
 	return p, nil
@@ -511,7 +517,7 @@ func (n *Node) shutdown(code wire.GoAwayCode) {
 		}
 	}
 	for _, p := range n.peers() {
-		p.close()
+		p.close(nil)
 	}
 	for _, c := range conns {
 		n.abort(c, ErrClosed)

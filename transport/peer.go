@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -46,8 +47,12 @@ type Peer struct {
 	// not under mu, so that a channel can read it under its own lock.
 	refused  atomic.Pointer[error]
 	nextSlot atomic.Uint32
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	// ctx ends when the peer closes: it stops the dial loops (wg), and
+	// the dial each may have in progress.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	closeOnce sync.Once
 
 	// credit measures how long senders were waiting for credit, for the
 	// slow-consumer alert; slow is that alert's state, health its
@@ -91,13 +96,19 @@ type Peer struct {
 // 1 + 1/ringPoolShare of it.
 const ringPoolShare = 8
 
-func newPeer(n *Node, addr string) *Peer {
-	p := &Peer{node: n, addr: addr, stop: make(chan struct{}),
-		rings: window.NewPool(n.o.peerBudget / ringPoolShare)}
+// newPeer starts dialing the peer at addr. resume, if not nil, is where
+// the channels of a peer closed at that address would go on (see
+// Peer.Close); the new peer owns it.
+func newPeer(n *Node, addr string, resume map[taskid.Channel]uint64) *Peer {
+	p := &Peer{node: n, addr: addr, rings: window.NewPool(n.o.peerBudget / ringPoolShare)}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.mu.conns = make([]*conn, n.o.connsPerPeer)
 	p.mu.everUp = make([]bool, n.o.connsPerPeer)
 	p.mu.channels = make(map[taskid.Channel]*channel)
-	p.mu.resume = make(map[taskid.Channel]uint64)
+	if resume == nil {
+		resume = make(map[taskid.Channel]uint64)
+	}
+	p.mu.resume = resume
 	for slot := range n.o.connsPerPeer {
 		p.wg.Add(1)
 		go p.dialLoop(slot)
@@ -130,7 +141,7 @@ func (p *Peer) Connected() bool {
 }
 
 // WaitConnected blocks until every connection to the peer is up, the peer
-// refused this node, or ctx ends.
+// refused this node, the peer is closed (ErrClosed), or ctx ends.
 func (p *Peer) WaitConnected(ctx context.Context) error {
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
@@ -142,6 +153,8 @@ func (p *Peer) WaitConnected(ctx context.Context) error {
 			return err
 		}
 		select {
+		case <-p.ctx.Done():
+			return ErrClosed
 		case <-ctx.Done():
 			p.mu.Lock()
 			last := p.mu.lastErr
@@ -283,19 +296,20 @@ func (p *Peer) dialLoop(slot int) {
 	n := p.node
 	backoff := n.o.minBackoff
 	for {
-		select {
-		case <-p.stop:
+		if p.ctx.Err() != nil {
 			return
-		default:
 		}
 		c, err := n.dial(p, slot)
 		if err != nil {
+			if p.ctx.Err() != nil {
+				return // the peer closed during the dial, which it cut short
+			}
 			p.dialFailures.Add(1)
 		} else {
 			select {
 			case <-c.done:
 				err = c.closeErr
-			case <-p.stop:
+			case <-p.ctx.Done():
 				n.abort(c, ErrClosed)
 				<-c.done
 				return
@@ -318,7 +332,7 @@ func (p *Peer) dialLoop(slot int) {
 		// Full jitter over [backoff/2, backoff).
 		wait := backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
 		select {
-		case <-p.stop:
+		case <-p.ctx.Done():
 			return
 		case <-time.After(wait):
 		}
@@ -327,7 +341,8 @@ func (p *Peer) dialLoop(slot int) {
 }
 
 func (n *Node) dial(p *Peer, slot int) (*conn, error) {
-	nc, err := net.DialTimeout("tcp", p.addr, n.o.dialTimeout)
+	d := net.Dialer{Timeout: n.o.dialTimeout}
+	nc, err := d.DialContext(p.ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, err
 	}
@@ -347,24 +362,79 @@ func (n *Node) dial(p *Peer, slot int) (*conn, error) {
 	return c, nil
 }
 
-// close stops redialing and closes the peer's connections. Unacknowledged
-// messages are dropped.
-func (p *Peer) close() {
+// Close closes the peer for good, for a remote node that is gone: it
+// stops redialing it (cutting short a dial in progress), closes its
+// connections, and closes every sender open to it at once, dropping the
+// messages they have not had acknowledged (flush them first to close
+// gracefully). From then on Send, TrySend and Flush on those senders,
+// blocked in them or not, return a [ChannelError] that errors.Is
+// ErrClosed and names the peer; OpenSender, WaitConnected and WaitCredit
+// return ErrClosed. Close returns once the peer's dial loops and
+// connections have ended.
+//
+// The node then forgets the peer, and [Node.Peer] with its address makes a
+// new one. Of the old one the node keeps only where each channel that
+// sent anything would go on (a few bytes a channel), so that a channel
+// opened again at that address with the same key continues where it
+// stopped, as after [Sender.Close]: the remote node keeps the pair's
+// state. A Node.Peer call that runs before Close returns may still get
+// this peer, closed.
+//
+// Closing a peer again does nothing, nor does it touch a newer peer at the
+// same address; [Node.Close] and [Node.Abort] close every peer. It returns
+// nil. Safe for concurrent use.
+func (p *Peer) Close() error {
+	p.close(fmt.Errorf("%w: peer %s closed (Peer.Close)", ErrClosed, p.addr))
+	resume := p.resumePoints()
+	n := p.node
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.peers[p.addr] == p {
+		delete(n.mu.peers, p.addr)
+		if len(resume) > 0 {
+			n.mu.resume[p.addr] = resume
+		}
+	}
+	return nil
+}
+
+// resumePoints returns, for each channel of the peer closed or open, the
+// sequence number its next message would have had, if any was sent: what
+// a channel opened again with its key goes on from.
+func (p *Peer) resumePoints() map[taskid.Channel]uint64 {
 	p.mu.Lock()
-	if p.mu.closed {
+	defer p.mu.Unlock()
+	resume := make(map[taskid.Channel]uint64, len(p.mu.resume)+len(p.mu.channels))
+	maps.Copy(resume, p.mu.resume)
+	for key, ch := range p.mu.channels {
+		ch.mu.Lock()
+		_, next := ch.mu.src.Progress()
+		ch.mu.Unlock()
+		if next > 0 {
+			resume[key] = next
+		}
+	}
+	return resume
+}
+
+// close stops redialing, closes the peer's connections and shuts its
+// channels, with why (a ChannelError) for their senders if it is not nil,
+// else ErrClosed. Unacknowledged messages are dropped. Once it returns the
+// peer is closed, whoever called it first.
+func (p *Peer) close(why error) {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.mu.closed = true
+		chans := p.channelListLocked()
 		p.mu.Unlock()
-		return
-	}
-	p.mu.closed = true
-	chans := p.channelListLocked()
-	p.mu.Unlock()
-	close(p.stop)
-	p.wg.Wait()
-	for _, ch := range chans {
-		ch.shut()
-	}
-	p.drained.broadcast()
-	p.budget.broadcast()
+		p.cancel()
+		p.wg.Wait()
+		for _, ch := range chans {
+			ch.shut(why)
+		}
+		p.drained.broadcast()
+		p.budget.broadcast()
+	})
 }
 
 // channelList returns the peer's channels as they are now.

@@ -120,7 +120,7 @@ func (s *Sender) Send(ctx context.Context, ts int64, payload []byte) error {
 
 // TrySend is Send without blocking: it returns ErrNoCredit when the window
 // or the peer's budget is full, ErrTooLarge when payload can never fit,
-// ErrClosed when the sender or its node is closed, and the peer's refusal
+// ErrClosed when the sender, its peer or its node is closed, and the peer's refusal
 // (errors.Is ErrRejected) when the peer refused this node.
 func (s *Sender) TrySend(ts int64, payload []byte) error { return s.ch.push(ts, payload) }
 
@@ -458,11 +458,15 @@ func (s *Sender) Close() error {
 // channel's lock is released, before its number is retired.
 var testHookClosed func(*channel)
 
-// shut marks the channel closed and releases its retained bytes.
-func (ch *channel) shut() {
+// shut marks the channel closed and releases its retained bytes; its
+// senders get why, in a ChannelError, from then on if it is not nil.
+func (ch *channel) shut(why error) {
 	ch.mu.Lock()
 	closing := !ch.mu.closed
 	if closing {
+		if why != nil && ch.mu.err == nil {
+			ch.mu.err = &ChannelError{Channel: ch.key, Err: why}
+		}
 		ch.shutLocked()
 	}
 	ch.mu.Unlock()

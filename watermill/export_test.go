@@ -27,3 +27,10 @@ func HookRouted(t interface{ Cleanup(func()) }, routed func()) {
 	testHookRouted = routed
 	t.Cleanup(func() { testHookRouted = nil })
 }
+
+// HookBacklogFull calls full each time a Publish, holding its topic's send
+// lock, waits for room in the topic's backlog, until the test ends.
+func HookBacklogFull(t interface{ Cleanup(func()) }, full func()) {
+	testHookBacklogFull = full
+	t.Cleanup(func() { testHookBacklogFull = nil })
+}

@@ -29,9 +29,10 @@ var (
 // which only dials. Publish sends each message to every subscription
 // announced for its topic in the Directory, over one Sluice channel per
 // subscription (source: this publisher's task, target: the topic's task on
-// the subscriber's node), in the order of the Publish calls. Safe for
-// concurrent use; messages of concurrent Publish calls to one topic are not
-// interleaved.
+// the subscriber's node), in the order of the Publish calls. When no topic
+// it publishes to has a subscription at an address any more, it closes its
+// node's peer there, which stops dialing it. Safe for concurrent use;
+// messages of concurrent Publish calls to one topic are not interleaved.
 type Publisher struct {
 	node   *transport.Node
 	dir    Directory
@@ -46,6 +47,19 @@ type Publisher struct {
 		routes map[string]*route
 		closed bool
 	}
+	// peers are the node's peers that routes send to, by subscriber
+	// address, each with the number of routes' endpoints there: the peer
+	// of an address that no route uses any more is closed, so that a
+	// subscriber gone for good is not redialed forever.
+	peers struct {
+		sync.Mutex
+		m map[string]*peerUse
+	}
+}
+
+type peerUse struct {
+	peer *transport.Peer
+	uses int
 }
 
 // route is what a Publisher knows about one topic: the subscriptions
@@ -57,22 +71,28 @@ type route struct {
 	stop  func()
 
 	// send serializes publishing to the topic, so that every subscription
-	// receives its messages in one order, and guards the backlog and
-	// closed.
-	send sync.Mutex
+	// receives its messages in one order, and guards the backlog, took,
+	// closed and buf. It is a lock (lock, unlock) made of a channel of one
+	// slot, so that a Publish waiting for it gives up when its context
+	// ends.
+	send chan struct{}
 	// closed is set by Close once it has flushed the backlog: a Publish
 	// that found the route before Close and takes send after it fails
 	// rather than leave its message where nothing sends it.
 	closed       bool
 	backlog      [][]byte
 	backlogBytes int
-	buf          []byte
+	// took holds the senders that took the backlog's first message in a
+	// flush that then failed at another: the next flush sends it to the
+	// others only.
+	took map[*transport.Sender]bool
+	buf  []byte
 
 	mu struct {
 		sync.Mutex
 		senders map[Endpoint]*transport.Sender
-		list    []*transport.Sender
-		changed chan struct{} // closed and replaced when senders change
+		list    []*transport.Sender // in the order the directory lists their endpoints
+		changed chan struct{}       // closed and replaced when senders change
 	}
 }
 
@@ -93,6 +113,7 @@ func NewPublisher(dir Directory, opts ...Option) (*Publisher, error) {
 	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.mu.routes = make(map[string]*route)
+	p.peers.m = make(map[string]*peerUse)
 	return p, nil
 }
 
@@ -102,10 +123,11 @@ func (p *Publisher) Node() *transport.Node { return p.node }
 // Publish sends msgs to every subscription of topic, in order. It returns
 // once each message is in the window of every subscription's channel (which
 // keeps it until the subscriber acknowledges it), or in the topic's backlog
-// when no subscription is announced. It blocks while a channel has no credit
-// (the subscriber has not acknowledged enough) or the backlog is full, until
-// the message's context ends (message.Message.Context) or the publisher
-// closes.
+// when no subscription is announced. It blocks while another Publish to
+// the topic (or the sending of its backlog) is under way, while a channel
+// has no credit (the subscriber has not acknowledged enough) or while the
+// backlog is full, until the message's context ends
+// (message.Message.Context) or the publisher closes.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	r, err := p.route(topic)
 	if err != nil {
@@ -114,20 +136,71 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if testHookRouted != nil {
 		testHookRouted()
 	}
-	r.send.Lock()
-	defer r.send.Unlock()
+	locked := false
+	defer func() {
+		if locked {
+			r.unlock()
+		}
+	}()
 	for i, m := range msgs {
-		r.buf = AppendMessage(r.buf[:0], m)
-		if err := r.publishLocked(m.Context(), r.buf); err != nil {
+		if err := r.publish(m, &locked); err != nil {
 			return fmt.Errorf("watermill: publishing message %d of %d (%s) to %q: %w", i+1, len(msgs), m.UUID, topic, err)
 		}
 	}
 	return nil
 }
 
-// testHookRouted is called by Publish between finding the topic's route
-// and taking its send lock.
-var testHookRouted func()
+// Test hooks: testHookRouted is called by Publish between finding the
+// topic's route and taking its send lock; testHookBacklogFull by
+// publishLocked, holding the send lock, each time it waits for room in the
+// backlog.
+var testHookRouted, testHookBacklogFull func()
+
+// publish sends m, or keeps it in the backlog, under the route's send
+// lock, which it takes first unless *locked says it holds it already.
+func (r *route) publish(m *message.Message, locked *bool) error {
+	ctx, cancel := r.p.sendCtx(m.Context())
+	defer cancel()
+	if !*locked {
+		if err := r.lock(ctx); err != nil {
+			return err
+		}
+		*locked = true
+	}
+	r.buf = AppendMessage(r.buf[:0], m)
+	return r.publishLocked(ctx, r.buf)
+}
+
+// sendCtx is what sending a message whose own context is mctx waits
+// under: it ends with mctx or when the publisher stops.
+func (p *Publisher) sendCtx(mctx context.Context) (context.Context, context.CancelFunc) {
+	if mctx == nil || mctx == context.Background() {
+		return p.ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(mctx)
+	stop := context.AfterFunc(p.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// lock takes the route's send lock, waiting for it until ctx ends.
+func (r *route) lock(ctx context.Context) error {
+	select {
+	case r.send <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case r.send <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the topic's Publish or backlog under way: %w", r.p.ctxErr(ctx))
+	}
+}
+
+func (r *route) unlock() { <-r.send }
 
 func (p *Publisher) route(topic string) (*route, error) {
 	p.mu.Lock()
@@ -138,7 +211,7 @@ func (p *Publisher) route(topic string) (*route, error) {
 	if r := p.mu.routes[topic]; r != nil {
 		return r, nil
 	}
-	r := &route{p: p, topic: topic}
+	r := &route{p: p, topic: topic, send: make(chan struct{}, 1)}
 	r.mu.senders = make(map[Endpoint]*transport.Sender)
 	r.mu.changed = make(chan struct{})
 	stop, err := p.dir.Watch(topic, r.update)
@@ -157,28 +230,30 @@ func (r *route) update(eps []Endpoint) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	keep := make(map[Endpoint]bool, len(eps))
+	list := make([]*transport.Sender, 0, len(eps))
 	for _, ep := range eps {
+		if keep[ep] {
+			continue
+		}
 		keep[ep] = true
-		if r.mu.senders[ep] != nil {
-			continue
+		s := r.mu.senders[ep]
+		if s == nil {
+			var err error
+			if s, err = r.p.openSender(ep); err != nil {
+				r.p.o.log.Warn("watermill: cannot open a channel to a subscription", "topic", r.topic, "addr", ep.Addr, "err", err)
+				continue
+			}
+			r.mu.senders[ep] = s
 		}
-		s, err := r.open(ep)
-		if err != nil {
-			r.p.o.log.Warn("watermill: cannot open a channel to a subscription", "topic", r.topic, "addr", ep.Addr, "err", err)
-			continue
-		}
-		r.mu.senders[ep] = s
+		list = append(list, s)
 	}
 	for ep, s := range r.mu.senders {
 		if !keep[ep] {
-			_ = s.Close()
+			r.p.closeSender(ep, s)
 			delete(r.mu.senders, ep)
 		}
 	}
-	r.mu.list = make([]*transport.Sender, 0, len(r.mu.senders))
-	for _, s := range r.mu.senders {
-		r.mu.list = append(r.mu.list, s)
-	}
+	r.mu.list = list
 	close(r.mu.changed)
 	r.mu.changed = make(chan struct{})
 	if len(r.mu.list) > 0 {
@@ -186,12 +261,43 @@ func (r *route) update(eps []Endpoint) {
 	}
 }
 
-func (r *route) open(ep Endpoint) (*transport.Sender, error) {
-	peer, err := r.p.node.Peer(ep.Addr)
+// openSender opens the channel to ep, dialing its address if no route
+// sends there yet.
+func (p *Publisher) openSender(ep Endpoint) (*transport.Sender, error) {
+	p.peers.Lock()
+	defer p.peers.Unlock()
+	u := p.peers.m[ep.Addr]
+	if u == nil {
+		peer, err := p.node.Peer(ep.Addr)
+		if err != nil {
+			return nil, err
+		}
+		u = &peerUse{peer: peer}
+	}
+	s, err := u.peer.OpenSender(p.ctx, p.source, ep.Task)
 	if err != nil {
+		if u.uses == 0 {
+			_ = u.peer.Close()
+		}
 		return nil, err
 	}
-	return peer.OpenSender(r.p.ctx, r.p.source, ep.Task)
+	u.uses++
+	p.peers.m[ep.Addr] = u
+	return s, nil
+}
+
+// closeSender closes s, the channel to ep, which was withdrawn, and the
+// peer of its address if no route sends there any more.
+func (p *Publisher) closeSender(ep Endpoint, s *transport.Sender) {
+	_ = s.Close()
+	p.peers.Lock()
+	defer p.peers.Unlock()
+	u := p.peers.m[ep.Addr]
+	if u.uses--; u.uses > 0 {
+		return
+	}
+	delete(p.peers.m, ep.Addr)
+	_ = u.peer.Close()
 }
 
 func (r *route) current() ([]*transport.Sender, <-chan struct{}) {
@@ -202,8 +308,10 @@ func (r *route) current() ([]*transport.Sender, <-chan struct{}) {
 
 // drain sends the backlog to the subscriptions that just appeared.
 func (r *route) drain() {
-	r.send.Lock()
-	defer r.send.Unlock()
+	if r.lock(r.p.ctx) != nil {
+		return // the publisher stopped: Close counts what the backlog holds
+	}
+	defer r.unlock()
 	if senders, _ := r.current(); len(senders) > 0 {
 		if err := r.flushLocked(r.p.ctx, senders); err != nil && r.p.ctx.Err() == nil {
 			r.p.o.log.Warn("watermill: sending the backlog", "topic", r.topic, "err", err)
@@ -211,8 +319,9 @@ func (r *route) drain() {
 	}
 }
 
-// publishLocked sends one encoded message, or keeps it in the backlog.
-func (r *route) publishLocked(mctx context.Context, payload []byte) error {
+// publishLocked sends one encoded message, or keeps it in the backlog,
+// waiting for credit or room until ctx (sendCtx) ends.
+func (r *route) publishLocked(ctx context.Context, payload []byte) error {
 	if r.closed {
 		return ErrClosed
 	}
@@ -221,25 +330,21 @@ func (r *route) publishLocked(mctx context.Context, payload []byte) error {
 	if most := r.p.node.MaxPayload(); len(payload) > most {
 		return fmt.Errorf("%w: the message is %d bytes encoded, a channel's window takes at most %d", transport.ErrTooLarge, len(payload), most)
 	}
-	ctx := r.p.ctx
-	if mctx != nil && mctx != context.Background() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(mctx)
-		defer cancel()
-		defer context.AfterFunc(r.p.ctx, cancel)()
-	}
 	for {
 		senders, changed := r.current()
 		if len(senders) > 0 {
 			if err := r.flushLocked(ctx, senders); err != nil {
 				return err
 			}
-			return r.p.sendAll(ctx, senders, payload)
+			return r.p.sendAll(ctx, senders, payload, nil)
 		}
 		if len(r.backlog) < r.p.o.backlogMsgs && r.backlogBytes+len(payload) <= r.p.o.backlogBytes {
 			r.backlog = append(r.backlog, append([]byte(nil), payload...))
 			r.backlogBytes += len(payload)
 			return nil
+		}
+		if testHookBacklogFull != nil {
+			testHookBacklogFull()
 		}
 		select {
 		case <-changed:
@@ -249,29 +354,42 @@ func (r *route) publishLocked(mctx context.Context, payload []byte) error {
 	}
 }
 
-// flushLocked sends the backlog, oldest first.
+// flushLocked sends the backlog, oldest first. A message that some
+// senders took before another failed stays first, and the next flush
+// sends it to the others only (took): no subscription gets it twice.
 func (r *route) flushLocked(ctx context.Context, senders []*transport.Sender) error {
 	for len(r.backlog) > 0 {
-		if err := r.p.sendAll(ctx, senders, r.backlog[0]); err != nil {
+		if r.took == nil {
+			r.took = make(map[*transport.Sender]bool, len(senders))
+		}
+		if err := r.p.sendAll(ctx, senders, r.backlog[0], r.took); err != nil {
 			return err
 		}
+		clear(r.took)
 		r.backlogBytes -= len(r.backlog[0])
 		r.backlog[0] = nil
 		r.backlog = r.backlog[1:]
 	}
-	r.backlog = nil
+	r.backlog, r.took = nil, nil
 	return nil
 }
 
-// sendAll sends payload on every sender. A sender closed because its
+// sendAll sends payload on every sender but those in took, and adds to
+// took, if it is not nil, those that take it. A sender closed because its
 // subscription was withdrawn is passed over: the message was for a
 // subscription that is gone.
-func (p *Publisher) sendAll(ctx context.Context, senders []*transport.Sender, payload []byte) error {
+func (p *Publisher) sendAll(ctx context.Context, senders []*transport.Sender, payload []byte, took map[*transport.Sender]bool) error {
 	ts := time.Now().UnixNano()
 	for _, s := range senders {
+		if took[s] {
+			continue
+		}
 		err := s.Send(ctx, ts, payload)
 		switch {
 		case err == nil:
+			if took != nil {
+				took[s] = true
+			}
 		case errors.Is(err, transport.ErrClosed) && p.ctx.Err() == nil:
 		case ctx.Err() != nil:
 			return p.ctxErr(ctx)
@@ -322,13 +440,13 @@ func (p *Publisher) Close() error {
 
 	var unrouted, unsent int
 	for _, r := range routes {
-		r.send.Lock() // waits for the Publish under way
+		r.send <- struct{}{} // waits for the Publish under way
 		if senders, _ := r.current(); len(senders) > 0 {
 			_ = r.flushLocked(p.ctx, senders)
 		}
 		unrouted += len(r.backlog)
 		r.closed = true
-		r.send.Unlock()
+		r.unlock()
 		r.stop()
 	}
 	for _, r := range routes {

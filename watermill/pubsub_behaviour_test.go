@@ -513,3 +513,264 @@ func TestAMessageNoWindowHoldsIsRefusedAndDoesNotBlockTheTopic(t *testing.T) {
 		t.Fatalf("got %q, want the message published after the refused one", got)
 	}
 }
+
+// peers is how many subscriber nodes pub's node keeps a peer for (and
+// dials while they are down).
+func peers(pub *watermill.Publisher) int { return len(pub.Node().Stats().Peers) }
+
+// The publisher keeps a peer for a subscriber's address while a topic it
+// publishes to has a subscription there, and closes it when the last one
+// is withdrawn: subscribers that come and go leave no peer behind, and
+// one that announces again is reached again.
+func TestThePublisherClosesThePeersOfSubscribersThatLeft(t *testing.T) {
+	dir := watermill.NewMemDirectory()
+	pub := newPublisher(t, dir)
+	for i := range 5 {
+		sub, err := watermill.NewSubscriber(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs := subscribe(t, sub, "come-and-go")
+		if err := pub.Publish("come-and-go", numbered(i)); err != nil {
+			t.Fatal(err)
+		}
+		if got := receive(t, msgs, 1); got[0] != strconv.Itoa(i) {
+			t.Fatalf("subscriber %d received %v", i, got)
+		}
+		if n := peers(pub); n != 1 {
+			t.Fatalf("with subscriber %d up, the publisher has %d peers, want 1", i, n)
+		}
+		if err := sub.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := peers(pub); n != 0 {
+			t.Fatalf("after subscriber %d left, the publisher has %d peers, want 0", i, n)
+		}
+	}
+
+	// Two topics at one subscriber share its peer until both are gone.
+	sub := newSubscriber(t, dir)
+	a, b := subscribe(t, sub, "a"), subscribe(t, sub, "b")
+	for _, topic := range []string{"a", "b"} {
+		if err := pub.Publish(topic, numbered(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	receive(t, a, 1)
+	receive(t, b, 1)
+	epA := watermill.Endpoint{Addr: sub.Addr(), Task: watermill.TopicTask("a")}
+	epB := watermill.Endpoint{Addr: sub.Addr(), Task: watermill.TopicTask("b")}
+	if err := dir.Withdraw("a", epA); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("b", numbered(1)); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, b, 1); got[0] != "1" || peers(pub) != 1 {
+		t.Fatalf("with topic a withdrawn, b received %v and the publisher has %d peers; want 1 and one peer", got, peers(pub))
+	}
+	if err := dir.Withdraw("b", epB); err != nil {
+		t.Fatal(err)
+	}
+	if n := peers(pub); n != 0 {
+		t.Fatalf("with both topics withdrawn the publisher has %d peers, want 0", n)
+	}
+	// Announced again, the same subscriber, still up, is dialed again and
+	// its channel goes on where it stopped.
+	if err := dir.Announce("a", epA); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("a", numbered(2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, a, 1); got[0] != "2" {
+		t.Fatalf("topic a announced again received %v, want 2", got)
+	}
+}
+
+// batchDirectory is a Directory whose watchers learn of announcements
+// only when release tells them, all in one change, in the order they were
+// made.
+type batchDirectory struct {
+	mu      sync.Mutex
+	held    map[string][]watermill.Endpoint
+	known   map[string][]watermill.Endpoint
+	watches map[string]func([]watermill.Endpoint)
+}
+
+func newBatchDirectory() *batchDirectory {
+	return &batchDirectory{
+		held:    map[string][]watermill.Endpoint{},
+		known:   map[string][]watermill.Endpoint{},
+		watches: map[string]func([]watermill.Endpoint){},
+	}
+}
+
+func (d *batchDirectory) Announce(topic string, ep watermill.Endpoint) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.held[topic] = append(d.held[topic], ep)
+	return nil
+}
+
+func (d *batchDirectory) Withdraw(topic string, ep watermill.Endpoint) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.held[topic] = slices.DeleteFunc(d.held[topic], func(e watermill.Endpoint) bool { return e == ep })
+	if i := slices.Index(d.known[topic], ep); i >= 0 {
+		d.known[topic] = slices.Delete(slices.Clone(d.known[topic]), i, i+1)
+		d.notifyLocked(topic)
+	}
+	return nil
+}
+
+// Watch takes one watcher a topic, the publisher's.
+func (d *batchDirectory) Watch(topic string, fn func([]watermill.Endpoint)) (func(), error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.watches[topic] = fn
+	d.notifyLocked(topic)
+	return func() {
+		d.mu.Lock()
+		delete(d.watches, topic)
+		d.mu.Unlock()
+	}, nil
+}
+
+// release makes topic's held announcements known, in one change.
+func (d *batchDirectory) release(topic string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.known[topic] = append(slices.Clone(d.known[topic]), d.held[topic]...)
+	d.held[topic] = nil
+	d.notifyLocked(topic)
+}
+
+func (d *batchDirectory) notifyLocked(topic string) {
+	if fn := d.watches[topic]; fn != nil {
+		fn(slices.Clone(d.known[topic]))
+	}
+}
+
+// A Publish that flushes the backlog and gives up half-way through a
+// message (its context ends while one subscription has no credit) leaves
+// that message to be sent to the subscriptions that did not take it, and
+// only to them: none receives a message of the backlog twice.
+func TestABacklogMessageSomeSubscriptionsTookIsNotSentToThemAgain(t *testing.T) {
+	dir := newBatchDirectory()
+	pub := newPublisher(t, dir, watermill.WithBacklog(2, 1<<20),
+		watermill.WithNodeOptions(transport.WithWindow(1, 1<<20)))
+	for i := range 2 {
+		if err := pub.Publish("t", numbered(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full := make(chan struct{}, 1)
+	watermill.HookBacklogFull(t, func() {
+		select {
+		case full <- struct{}{}:
+		default:
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := numbered(2)
+	m.SetContext(ctx)
+	published := make(chan error, 1)
+	go func() { published <- pub.Publish("t", m) }()
+	<-full // it holds the topic, waiting for room in the backlog
+
+	a, b := newSubscriber(t, dir), newSubscriber(t, dir)
+	fromA, fromB := subscribe(t, a, "t"), subscribe(t, b, "t")
+	dir.release("t") // a, then b, in one change
+	// The waiting Publish flushes the backlog: message 0 to a and b, then
+	// message 1 to a, which acks 0, and to b, which holds 0 unacked: with
+	// a window of one message, the Publish waits for b's credit.
+	if got := receive(t, fromA, 2); !slices.Equal(got, seq(0, 2)) {
+		t.Fatalf("a received %v, want the backlog", got)
+	}
+	var held *message.Message
+	select {
+	case held = <-fromB:
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("b received nothing")
+	}
+	if string(held.Payload) != "0" {
+		t.Fatalf("b received %q first, want 0", held.Payload)
+	}
+	cancel()
+	if err := <-published; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the Publish whose context ended = %v, want context.Canceled", err)
+	}
+	held.Ack()
+	if got := receive(t, fromB, 1); got[0] != "1" {
+		t.Fatalf("b received %v after 0, want 1", got)
+	}
+	// Sent in the background: before a's window has room for it, a must
+	// ack what it received after the backlog, if anything.
+	go func() { published <- pub.Publish("t", numbered(3)) }()
+	if got := receive(t, fromA, 1); got[0] != "3" {
+		t.Fatalf("a received %v after the backlog, want 3: a backlog message went to it twice", got)
+	}
+	if got := receive(t, fromB, 1); got[0] != "3" {
+		t.Fatalf("b received %v, want 3", got)
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Publish waiting behind the topic's sending under way (here the backlog,
+// which waits for credit: the subscription holds a message unacked) gives
+// up when its message's context ends, with the context's error; the topic
+// works on afterwards.
+func TestAPublishWaitingForItsTopicGivesUpWhenItsContextEnds(t *testing.T) {
+	dir := watermill.NewMemDirectory()
+	pub := newPublisher(t, dir, watermill.WithNodeOptions(transport.WithWindow(1, 1<<20)))
+	for i := range 2 {
+		if err := pub.Publish("t", numbered(i)); err != nil { // into the backlog
+			t.Fatal(err)
+		}
+	}
+	msgs := subscribe(t, newSubscriber(t, dir), "t")
+	// The backlog is being sent: message 0 came, and message 1 waits for
+	// the credit that only an ack of 0 gives, holding the topic.
+	var held *message.Message
+	select {
+	case held = <-msgs:
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("the subscription received nothing")
+	}
+	routed := make(chan struct{}, 1)
+	watermill.HookRouted(t, func() {
+		select {
+		case routed <- struct{}{}:
+		default:
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	m := numbered(2)
+	m.SetContext(ctx)
+	published := make(chan error, 1)
+	go func() { published <- pub.Publish("t", m) }()
+	<-routed
+	cancel()
+	select {
+	case err := <-published:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("a Publish waiting for its topic, its context cancelled: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("a Publish waiting for its topic does not return when its context is cancelled")
+	}
+	held.Ack()
+	if got := receive(t, msgs, 1); got[0] != "1" {
+		t.Fatalf("received %v after 0, want 1", got)
+	}
+	if err := pub.Publish("t", numbered(3)); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, msgs, 1); got[0] != "3" {
+		t.Fatalf("received %v after 1, want 3", got)
+	}
+}
