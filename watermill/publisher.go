@@ -86,7 +86,13 @@ type route struct {
 	// flush that then failed at another: the next flush sends it to the
 	// others only.
 	took map[*transport.Sender]bool
-	buf  []byte
+	// partial is the UUID of the last message a Publish sent to some
+	// subscriptions and then failed to send to another, and partialTook
+	// those that took it: a Publish of the same message again (a
+	// caller's retry) sends it to the others only.
+	partial     string
+	partialTook map[*transport.Sender]bool
+	buf         []byte
 
 	mu struct {
 		sync.Mutex
@@ -128,6 +134,11 @@ func (p *Publisher) Node() *transport.Node { return p.node }
 // has no credit (the subscriber has not acknowledged enough) or while the
 // backlog is full, until the message's context ends
 // (message.Message.Context) or the publisher closes.
+//
+// A message that some subscriptions took before sending it to another
+// failed is not taken back. Publishing it again (the same UUID) as the
+// topic's next message, the caller's retry, sends it to the others only,
+// so that no subscription gets it twice.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	r, err := p.route(topic)
 	if err != nil {
@@ -168,7 +179,7 @@ func (r *route) publish(m *message.Message, locked *bool) error {
 		*locked = true
 	}
 	r.buf = AppendMessage(r.buf[:0], m)
-	return r.publishLocked(ctx, r.buf)
+	return r.publishLocked(ctx, m.UUID, r.buf)
 }
 
 // sendCtx is what sending a message whose own context is mctx waits
@@ -319,9 +330,9 @@ func (r *route) drain() {
 	}
 }
 
-// publishLocked sends one encoded message, or keeps it in the backlog,
-// waiting for credit or room until ctx (sendCtx) ends.
-func (r *route) publishLocked(ctx context.Context, payload []byte) error {
+// publishLocked sends one encoded message, whose UUID is uuid, or keeps it
+// in the backlog, waiting for credit or room until ctx (sendCtx) ends.
+func (r *route) publishLocked(ctx context.Context, uuid string, payload []byte) error {
 	if r.closed {
 		return ErrClosed
 	}
@@ -336,7 +347,7 @@ func (r *route) publishLocked(ctx context.Context, payload []byte) error {
 			if err := r.flushLocked(ctx, senders); err != nil {
 				return err
 			}
-			return r.p.sendAll(ctx, senders, payload, nil)
+			return r.sendLocked(ctx, senders, uuid, payload)
 		}
 		if len(r.backlog) < r.p.o.backlogMsgs && r.backlogBytes+len(payload) <= r.p.o.backlogBytes {
 			r.backlog = append(r.backlog, append([]byte(nil), payload...))
@@ -352,6 +363,25 @@ func (r *route) publishLocked(ctx context.Context, payload []byte) error {
 			return r.p.ctxErr(ctx)
 		}
 	}
+}
+
+// sendLocked sends payload, the message uuid, on every sender but those
+// that took it in a Publish of the same message that failed part-way.
+func (r *route) sendLocked(ctx context.Context, senders []*transport.Sender, uuid string, payload []byte) error {
+	if r.partialTook == nil {
+		r.partialTook = make(map[*transport.Sender]bool, len(senders))
+	}
+	if uuid != r.partial || uuid == "" {
+		clear(r.partialTook)
+	}
+	err := r.p.sendAll(ctx, senders, payload, r.partialTook)
+	if err != nil && len(r.partialTook) > 0 {
+		r.partial = uuid
+	} else {
+		r.partial = ""
+		clear(r.partialTook)
+	}
+	return err
 }
 
 // flushLocked sends the backlog, oldest first. A message that some

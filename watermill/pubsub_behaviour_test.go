@@ -774,3 +774,60 @@ func TestAPublishWaitingForItsTopicGivesUpWhenItsContextEnds(t *testing.T) {
 		t.Fatalf("received %v after 1, want 3", got)
 	}
 }
+
+// A Publish that sent its message to one subscription and then gave up
+// waiting for another's credit fails; the caller's retry of the same
+// message (its UUID) goes to the other subscription only, and the topic's
+// next message to both.
+func TestARetriedMessageGoesOnlyToTheSubscriptionsThatMissedIt(t *testing.T) {
+	dir := newBatchDirectory()
+	pub := newPublisher(t, dir, watermill.WithNodeOptions(transport.WithWindow(1, 1<<20)))
+	a, b := newSubscriber(t, dir), newSubscriber(t, dir)
+	fromA, fromB := subscribe(t, a, "t"), subscribe(t, b, "t")
+	dir.release("t") // a, then b: the order Publish sends in
+	if err := pub.Publish("t", numbered(0)); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, fromA, 1); got[0] != "0" {
+		t.Fatalf("a received %v, want 0", got)
+	}
+	var held *message.Message // b holds 0 unacked: its window of one is full
+	select {
+	case held = <-fromB:
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("b received nothing")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := numbered(1)
+	m.SetContext(ctx)
+	published := make(chan error, 1)
+	go func() { published <- pub.Publish("t", m) }()
+	if got := receive(t, fromA, 1); got[0] != "1" {
+		t.Fatalf("a received %v, want 1", got)
+	}
+	cancel() // it waits for b's credit
+	if err := <-published; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the Publish waiting for b's credit = %v, want context.Canceled", err)
+	}
+	held.Ack()
+	retry := message.NewMessage(m.UUID, m.Payload)
+	if err := pub.Publish("t", retry); err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+	if got := receive(t, fromB, 1); got[0] != "1" {
+		t.Fatalf("b received %v, want 1", got)
+	}
+	// In the background: had the retry gone to a again, a's window would
+	// hold it, and this Publish wait for a's credit.
+	go func() { published <- pub.Publish("t", numbered(2)) }()
+	if got := receive(t, fromA, 1); got[0] != "2" {
+		t.Fatalf("a received %v after 1, want 2: the retry went to a again", got)
+	}
+	if got := receive(t, fromB, 1); got[0] != "2" {
+		t.Fatalf("b received %v, want 2", got)
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+}
