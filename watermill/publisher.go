@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -135,8 +136,13 @@ func (p *Publisher) Node() *transport.Node { return p.node }
 // backlog is full, until the message's context ends
 // (message.Message.Context) or the publisher closes.
 //
-// A message that some subscriptions took before sending it to another
-// failed is not taken back. Publishing it again (the same UUID) as the
+// A subscription that lacks credit until the message's context ends, or
+// whose channel failed for good, does not keep the message from the
+// others: they take it, and Publish returns the error, naming the
+// subscription's address. A subscription whose channel failed for good
+// (its node refused this one, say) is dropped from the topic, once,
+// until the directory lists it again. A message that some subscriptions
+// took before sending it to another failed is not taken back. Publishing it again (the same UUID) as the
 // topic's next message, the caller's retry, sends it to the others only,
 // so that no subscription gets it twice.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
@@ -374,7 +380,7 @@ func (r *route) sendLocked(ctx context.Context, senders []*transport.Sender, uui
 	if uuid != r.partial || uuid == "" {
 		clear(r.partialTook)
 	}
-	err := r.p.sendAll(ctx, senders, payload, r.partialTook)
+	err := r.sendAll(ctx, senders, payload, r.partialTook)
 	if err != nil && len(r.partialTook) > 0 {
 		r.partial = uuid
 	} else {
@@ -392,7 +398,7 @@ func (r *route) flushLocked(ctx context.Context, senders []*transport.Sender) er
 		if r.took == nil {
 			r.took = make(map[*transport.Sender]bool, len(senders))
 		}
-		if err := r.p.sendAll(ctx, senders, r.backlog[0], r.took); err != nil {
+		if err := r.sendAll(ctx, senders, r.backlog[0], r.took); err != nil {
 			return err
 		}
 		clear(r.took)
@@ -407,9 +413,16 @@ func (r *route) flushLocked(ctx context.Context, senders []*transport.Sender) er
 // sendAll sends payload on every sender but those in took, and adds to
 // took, if it is not nil, those that take it. A sender closed because its
 // subscription was withdrawn is passed over: the message was for a
-// subscription that is gone.
-func (p *Publisher) sendAll(ctx context.Context, senders []*transport.Sender, payload []byte, took map[*transport.Sender]bool) error {
+// subscription that is gone. One that failed for good (its channel closed
+// with an error, or the subscriber's node refused this one) is dropped from
+// the route, so that it holds up no later message, and its error is
+// returned, this once, with the others'. A send that waited for credit
+// until ctx ended does not stop the rest: the senders with credit take the
+// message.
+func (r *route) sendAll(ctx context.Context, senders []*transport.Sender, payload []byte, took map[*transport.Sender]bool) error {
+	p := r.p
 	ts := time.Now().UnixNano()
+	var errs []error
 	for _, s := range senders {
 		if took[s] {
 			continue
@@ -420,14 +433,38 @@ func (p *Publisher) sendAll(ctx context.Context, senders []*transport.Sender, pa
 			if took != nil {
 				took[s] = true
 			}
-		case errors.Is(err, transport.ErrClosed) && p.ctx.Err() == nil:
+		case p.ctx.Err() != nil:
+			return ErrClosed
+		case errors.Is(err, transport.ErrClosed):
 		case ctx.Err() != nil:
-			return p.ctxErr(ctx)
+			errs = append(errs, fmt.Errorf("subscription at %s: %w", s.Peer().Addr(), p.ctxErr(ctx)))
 		default:
-			return err
+			r.drop(s, err)
+			errs = append(errs, fmt.Errorf("subscription at %s, dropped: %w", s.Peer().Addr(), err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// drop takes s, which failed for good with err, out of the route; the
+// directory's next list of the topic's endpoints that names it opens a new
+// channel to it.
+func (r *route) drop(s *transport.Sender, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ep, rs := range r.mu.senders {
+		if rs != s {
+			continue
+		}
+		r.p.o.log.Warn("watermill: dropping a subscription whose channel failed", "topic", r.topic, "addr", ep.Addr, "err", err)
+		r.p.closeSender(ep, s)
+		delete(r.mu.senders, ep)
+		// A new list: callers may hold the old one.
+		r.mu.list = slices.DeleteFunc(slices.Clone(r.mu.list), func(x *transport.Sender) bool { return x == s })
+		close(r.mu.changed)
+		r.mu.changed = make(chan struct{})
+		return
+	}
 }
 
 // ctxErr is why a send whose context ended stopped: the publisher closing,

@@ -831,3 +831,64 @@ func TestARetriedMessageGoesOnlyToTheSubscriptionsThatMissedIt(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A subscription whose channel fails for good holds up no other: here its
+// node dies and another, with another key, takes its address, and refuses
+// the publisher. The subscription beside it receives every message, the
+// Publish that found the failure says so once, and the ones after it go
+// through.
+func TestASubscriptionThatFailedForGoodHoldsUpNoOther(t *testing.T) {
+	dir := newBatchDirectory()
+	key := []byte("the publisher's key, 32 bytes...")
+	pub := newPublisher(t, dir, watermill.WithNodeOptions(transport.WithKey(key)))
+	gone := newSubscriber(t, dir, watermill.WithNodeOptions(transport.WithKey(key)))
+	subscribe(t, gone, "t")
+	good := newSubscriber(t, dir, watermill.WithNodeOptions(transport.WithKey(key)))
+	fromGood := subscribe(t, good, "t")
+	dir.release("t") // the failing subscription first: the order Publish sends in
+	if err := pub.Publish("t", numbered(0)); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, fromGood, 1); got[0] != "0" {
+		t.Fatalf("received %v, want 0", got)
+	}
+	addr := gone.Addr()
+	gone.Node().Abort() // still announced
+	other := newSubscriber(t, dir, watermill.WithListen(addr),
+		watermill.WithNodeOptions(transport.WithKey([]byte("another key of 32 bytes, refused"))))
+	fromOther := subscribe(t, other, "u") // a topic of its own: it listens, and refuses the publisher
+	peer, err := pub.Node().Peer(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+	defer cancel()
+	for peer.Err() == nil { // until the publisher has redialed, and been refused
+		if ctx.Err() != nil {
+			t.Fatal("the node at the failed subscription's address never refused the publisher")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := peer.Err(); !errors.Is(err, transport.ErrRejected) {
+		t.Fatalf("the node at the failed subscription's address: %v, want its refusal", err)
+	}
+	var failed []error
+	for i := 1; i <= 3; i++ {
+		m, cancel := withTimeout(numbered(i), time.Minute) // a hang guard
+		if err := pub.Publish("t", m); err != nil {
+			failed = append(failed, err)
+		}
+		cancel()
+	}
+	if got := receive(t, fromGood, 3); !slices.Equal(got, seq(1, 4)) {
+		t.Fatalf("the good subscription received %v, want 1, 2 and 3", got)
+	}
+	if len(failed) != 1 || !errors.Is(failed[0], transport.ErrRejected) || !strings.Contains(failed[0].Error(), addr) {
+		t.Fatalf("Publish failed %d times: %v; want once, with the refusal at %s", len(failed), failed, addr)
+	}
+	select {
+	case m := <-fromOther:
+		t.Fatalf("the refusing node received %q", m.Payload)
+	default:
+	}
+}
