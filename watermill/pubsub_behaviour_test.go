@@ -892,3 +892,68 @@ func TestASubscriptionThatFailedForGoodHoldsUpNoOther(t *testing.T) {
 	default:
 	}
 }
+
+// A subscription out of credit does not keep a message from the one after
+// it: the Publish that waited on it until its context ended fails, having
+// given the message to the other, and its retry goes to the first only.
+func TestASubscriptionOutOfCreditHoldsUpNoOther(t *testing.T) {
+	dir := newBatchDirectory()
+	pub := newPublisher(t, dir, watermill.WithNodeOptions(transport.WithWindow(1, 1<<20)))
+	held, free := newSubscriber(t, dir), newSubscriber(t, dir)
+	fromHeld, fromFree := subscribe(t, held, "t"), subscribe(t, free, "t")
+	dir.release("t") // held first: the order Publish sends in
+	if err := pub.Publish("t", numbered(0)); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, fromFree, 1); got[0] != "0" {
+		t.Fatalf("received %v, want 0", got)
+	}
+	var unacked *message.Message // its window of one stays full
+	select {
+	case unacked = <-fromHeld:
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("the held subscription received nothing")
+	}
+	// Until free's ack of 0 reaches the publisher, free has no credit
+	// either.
+	guard := time.Now().Add(30 * time.Second)
+	for !ackedAll(pub, free.Addr()) {
+		if time.Now().After(guard) {
+			t.Fatal("the publisher never had free's ack of 0")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	m, cancel := withTimeout(numbered(1), 50*time.Millisecond) // it waits on held until then
+	defer cancel()
+	if err := pub.Publish("t", m); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the Publish waiting for held's credit = %v, want context.DeadlineExceeded", err)
+	}
+	if got := receive(t, fromFree, 1); got[0] != "1" {
+		t.Fatalf("free received %v, want 1", got)
+	}
+	unacked.Ack()
+	if err := pub.Publish("t", message.NewMessage(m.UUID, m.Payload)); err != nil { // the retry
+		t.Fatal(err)
+	}
+	if got := receive(t, fromHeld, 1); got[0] != "1" {
+		t.Fatalf("held received %v, want 1", got)
+	}
+	published := make(chan error, 1)
+	go func() { published <- pub.Publish("t", numbered(2)) }()
+	if got := receive(t, fromFree, 1); got[0] != "2" {
+		t.Fatalf("free received %v after 1, want 2: the retry went to it again", got)
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ackedAll reports whether pub's channels to addr have nothing unacked.
+func ackedAll(pub *watermill.Publisher, addr string) bool {
+	for _, c := range pub.Node().ChannelStats() {
+		if c.Peer == addr && c.Unacked > 0 {
+			return false
+		}
+	}
+	return true
+}
