@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"net"
 	"slices"
@@ -123,17 +122,7 @@ func TestPeerCloseStopsRedialingAnAddressThatRefuses(t *testing.T) {
 func TestAPeerClosedAndDialedAgainCarriesOn(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be []Option) {
 		rx, tx, p := newPairOn(t, be, nil, nil)
-		var mu sync.Mutex
-		var got []uint64
-		rx.HandleAll(func(taskid.ID) Handler {
-			return func(_ taskid.Channel, _ uint64, msgs []Message) {
-				mu.Lock()
-				for _, m := range msgs {
-					got = append(got, binary.LittleEndian.Uint64(m.Payload))
-				}
-				mu.Unlock()
-			}
-		})
+		received := recordNumbers(rx)
 		ctx := ctxT(t, 20*time.Second) // hang guard
 		src, dst := taskid.ID{Index: 1}, taskid.ID{Processor: 1, Index: 1}
 		send := func(p *Peer, from, n uint64) *Sender {
@@ -176,13 +165,11 @@ func TestAPeerClosedAndDialedAgainCarriesOn(t *testing.T) {
 		if ps := tx.Stats().Peers; len(ps) != 1 || ps[0].Up != 1 {
 			t.Errorf("peers %+v: want the new peer alone, connected", ps)
 		}
-		mu.Lock()
-		defer mu.Unlock()
 		want := make([]uint64, 21)
 		for i := range want {
 			want[i] = uint64(i)
 		}
-		if !slices.Equal(got, want) {
+		if got := received(); !slices.Equal(got, want) {
 			t.Errorf("received %v, want 0..20 once each, in order", got)
 		}
 	})

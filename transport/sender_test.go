@@ -84,17 +84,7 @@ func TestASenderOpenedAgainAfterCloseLosesNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be []Option) {
 		for _, flushFirst := range []bool{true, false} {
 			rx, _, p := newPairOn(t, be, nil, nil)
-			var mu sync.Mutex
-			var got []uint64 // payload numbers, in arrival order
-			rx.HandleAll(func(taskid.ID) Handler {
-				return func(_ taskid.Channel, _ uint64, msgs []Message) {
-					mu.Lock()
-					for _, m := range msgs {
-						got = append(got, binary.LittleEndian.Uint64(m.Payload))
-					}
-					mu.Unlock()
-				}
-			})
+			received := recordNumbers(rx)
 			ctx := ctxT(t, 20*time.Second) // hang guard
 			src, dst := taskid.ID{Index: 1}, taskid.ID{Processor: 1, Index: 1}
 			send := func(from, n uint64, flush bool) *Sender {
@@ -120,7 +110,7 @@ func TestASenderOpenedAgainAfterCloseLosesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			second := send(1000, 200, true)
-			mu.Lock()
+			got := received()
 			var again []uint64
 			for _, k := range got {
 				if k >= 1000 {
@@ -128,7 +118,6 @@ func TestASenderOpenedAgainAfterCloseLosesNothing(t *testing.T) {
 				}
 			}
 			n := len(got)
-			mu.Unlock()
 			if len(again) != 200 || again[0] != 1000 || !slices.IsSorted(again) {
 				t.Errorf("flushed first %v: the second sender's messages arrived as %d of 200, from %v", flushFirst, len(again), again[:min(len(again), 3)])
 			}
@@ -140,4 +129,26 @@ func TestASenderOpenedAgainAfterCloseLosesNothing(t *testing.T) {
 			}
 		}
 	})
+}
+
+// recordNumbers makes every task of rx record the number each payload
+// starts with (little-endian, as payload writes it), in arrival order;
+// received returns them so far.
+func recordNumbers(rx *Node) (received func() []uint64) {
+	var mu sync.Mutex
+	var got []uint64
+	rx.HandleAll(func(taskid.ID) Handler {
+		return func(_ taskid.Channel, _ uint64, msgs []Message) {
+			mu.Lock()
+			for _, m := range msgs {
+				got = append(got, binary.LittleEndian.Uint64(m.Payload))
+			}
+			mu.Unlock()
+		}
+	})
+	return func() []uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
 }
