@@ -228,7 +228,8 @@ func (p *Publisher) route(topic string) (*route, error) {
 	if r := p.mu.routes[topic]; r != nil {
 		return r, nil
 	}
-	r := &route{p: p, topic: topic, send: make(chan struct{}, 1)}
+	r := &route{p: p, topic: topic, send: make(chan struct{}, 1),
+		took: make(map[*transport.Sender]bool), partialTook: make(map[*transport.Sender]bool)}
 	r.mu.senders = make(map[Endpoint]*transport.Sender)
 	r.mu.changed = make(chan struct{})
 	stop, err := p.dir.Watch(topic, r.update)
@@ -374,17 +375,14 @@ func (r *route) publishLocked(ctx context.Context, uuid string, payload []byte) 
 // sendLocked sends payload, the message uuid, on every sender but those
 // that took it in a Publish of the same message that failed part-way.
 func (r *route) sendLocked(ctx context.Context, senders []*transport.Sender, uuid string, payload []byte) error {
-	if r.partialTook == nil {
-		r.partialTook = make(map[*transport.Sender]bool, len(senders))
-	}
-	if uuid != r.partial || uuid == "" {
+	if uuid == "" || uuid != r.partial {
 		clear(r.partialTook)
 	}
 	err := r.sendAll(ctx, senders, payload, r.partialTook)
-	if err != nil && len(r.partialTook) > 0 {
+	r.partial = ""
+	if err != nil {
 		r.partial = uuid
 	} else {
-		r.partial = ""
 		clear(r.partialTook)
 	}
 	return err
@@ -395,9 +393,6 @@ func (r *route) sendLocked(ctx context.Context, senders []*transport.Sender, uui
 // sends it to the others only (took): no subscription gets it twice.
 func (r *route) flushLocked(ctx context.Context, senders []*transport.Sender) error {
 	for len(r.backlog) > 0 {
-		if r.took == nil {
-			r.took = make(map[*transport.Sender]bool, len(senders))
-		}
 		if err := r.sendAll(ctx, senders, r.backlog[0], r.took); err != nil {
 			return err
 		}
@@ -406,23 +401,25 @@ func (r *route) flushLocked(ctx context.Context, senders []*transport.Sender) er
 		r.backlog[0] = nil
 		r.backlog = r.backlog[1:]
 	}
-	r.backlog, r.took = nil, nil
+	r.backlog = nil
 	return nil
 }
 
-// sendAll sends payload on every sender but those in took, and adds to
-// took, if it is not nil, those that take it. A sender closed because its
-// subscription was withdrawn is passed over: the message was for a
-// subscription that is gone. One that failed for good (its channel closed
-// with an error, or the subscriber's node refused this one) is dropped from
-// the route, so that it holds up no later message, and its error is
-// returned, this once, with the others'. A send that waited for credit
-// until ctx ended does not stop the rest: the senders with credit take the
-// message.
+// sendAll sends payload on every sender but those in took. If it fails,
+// it adds to took the senders that have the message now, so that sending
+// it again reaches the others only; a send that succeeds costs took
+// nothing. A sender closed because its subscription was withdrawn is
+// passed over: the message was for a subscription that is gone. One that
+// failed for good (its channel closed with an error, or the subscriber's
+// node refused this one) is dropped from the route, so that it holds up no
+// later message, and its error is returned, this once, with the others'. A
+// send that waited for credit until ctx ended does not stop the rest: the
+// senders with credit take the message.
 func (r *route) sendAll(ctx context.Context, senders []*transport.Sender, payload []byte, took map[*transport.Sender]bool) error {
 	p := r.p
 	ts := time.Now().UnixNano()
 	var errs []error
+	var missed []*transport.Sender // out of credit: the ones a retry is for
 	for _, s := range senders {
 		if took[s] {
 			continue
@@ -430,17 +427,23 @@ func (r *route) sendAll(ctx context.Context, senders []*transport.Sender, payloa
 		err := s.Send(ctx, ts, payload)
 		switch {
 		case err == nil:
-			if took != nil {
-				took[s] = true
-			}
 		case p.ctx.Err() != nil:
 			return ErrClosed
 		case errors.Is(err, transport.ErrClosed):
 		case ctx.Err() != nil:
+			missed = append(missed, s)
 			errs = append(errs, fmt.Errorf("subscription at %s: %w", s.Peer().Addr(), p.ctxErr(ctx)))
 		default:
 			r.drop(s, err)
 			errs = append(errs, fmt.Errorf("subscription at %s, dropped: %w", s.Peer().Addr(), err))
+		}
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	for _, s := range senders {
+		if !slices.Contains(missed, s) {
+			took[s] = true // or it is gone from the route, which makes it moot
 		}
 	}
 	return errors.Join(errs...)
