@@ -281,7 +281,7 @@ func (p *Peer) refuseLocked(refusal error) {
 	}
 	for _, ch := range p.mu.channels {
 		ch.mu.Lock()
-		closed := ch.refuseLocked(refusal)
+		closed := ch.closeLocked(refusal)
 		ch.mu.Unlock()
 		if closed {
 			ch.credit.broadcast()

@@ -120,8 +120,8 @@ func (s *Sender) Send(ctx context.Context, ts int64, payload []byte) error {
 
 // TrySend is Send without blocking: it returns ErrNoCredit when the window
 // or the peer's budget is full, ErrTooLarge when payload can never fit,
-// ErrClosed when the sender, its peer or its node is closed, and the peer's refusal
-// (errors.Is ErrRejected) when the peer refused this node.
+// ErrClosed when the sender, its peer or its node is closed, and the
+// peer's refusal (errors.Is ErrRejected) when the peer refused this node.
 func (s *Sender) TrySend(ts int64, payload []byte) error { return s.ch.push(ts, payload) }
 
 func (ch *channel) push(ts int64, payload []byte) error {
@@ -462,17 +462,25 @@ var testHookClosed func(*channel)
 // senders get why, in a ChannelError, from then on if it is not nil.
 func (ch *channel) shut(why error) {
 	ch.mu.Lock()
-	closing := !ch.mu.closed
-	if closing {
-		if why != nil && ch.mu.err == nil {
-			ch.mu.err = &ChannelError{Channel: ch.key, Err: why}
-		}
-		ch.shutLocked()
-	}
+	closing := ch.closeLocked(why)
 	ch.mu.Unlock()
 	if closing {
 		ch.wakeShut()
 	}
+}
+
+// closeLocked is shut for a caller that holds ch.mu: it reports whether
+// the channel was open, in which case the caller, once it released ch.mu,
+// calls wakeShut.
+func (ch *channel) closeLocked(why error) bool {
+	if ch.mu.closed {
+		return false
+	}
+	if why != nil && ch.mu.err == nil {
+		ch.mu.err = &ChannelError{Channel: ch.key, Err: why}
+	}
+	ch.shutLocked()
+	return true
 }
 
 // shutLocked is shut for a caller that holds ch.mu and found the channel
@@ -493,20 +501,6 @@ func (ch *channel) wakeShut() {
 	ch.credit.broadcast()
 	ch.peer.budget.broadcast()
 	ch.peer.drained.broadcast()
-}
-
-// refuseLocked closes the channel because its peer refused this node: its
-// senders, and a Flush waiting for its messages, get refusal, wrapped in a
-// ChannelError, from now on. It reports whether the channel was open, in
-// which case the caller, once it released ch.mu, wakes its waiters as
-// wakeShut does.
-func (ch *channel) refuseLocked(refusal error) bool {
-	if ch.mu.closed {
-		return false
-	}
-	ch.mu.err = &ChannelError{Channel: ch.key, Err: refusal}
-	ch.shutLocked()
-	return true
 }
 
 // fail closes the channel because the receiver broke its protocol: its
