@@ -25,6 +25,7 @@ type benchConfig struct {
 	size       int
 	duration   time.Duration
 	rate       float64
+	peers      int // the peers of the peers group's sending node
 	topologies string
 	groups     map[string]bool // the case groups to measure
 	out        string
@@ -64,7 +65,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var c benchConfig
 	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (15 per topology with every group, 30 in all; the CPU stall probe at most 3s)")
-	cases := fs.String("cases", strings.Join(benchGroups, ","), "which groups of cases to measure, each with its own baselines: "+strings.Join(benchGroups, ", "))
+	cases := fs.String("cases", strings.Join(defaultBenchGroups, ","), "which groups of cases to measure, each with its own baselines: "+strings.Join(benchGroups, ", ")+
+		"\n(peers: one node sending to --peers peers, a channel each, with each backend; the default backend is chosen for a\nnode per process with tens of peers)")
+	fs.IntVar(&c.peers, "peers", 20, fmt.Sprintf("how many peers the peers group's node sends to, 1 to %d", maxSinks))
 	fs.Float64Var(&c.rate, "rate", 100_000, "messages per second of the fixed-rate cases")
 	fs.StringVar(&c.topologies, "topology", "both", "which topologies to measure: one (two nodes in one process), two (two processes) or both")
 	fs.StringVar(&c.out, "out", filepath.Join("results", "local", "bench"), "directory for bench.json and bench.md")
@@ -104,6 +107,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--rate must be a positive number, got %v", c.rate)
 	case c.repeat < 1:
 		return fmt.Errorf("--repeat must be at least 1, got %d", c.repeat)
+	case c.peers < 1 || c.peers > maxSinks:
+		return fmt.Errorf("--peers must be 1 to %d, got %d", maxSinks, c.peers)
 	}
 	if c.repeat == 1 {
 		sc, err := benchOnce(ctx, c, topos, *cases, c.out, stdout, stderr)
@@ -167,6 +172,9 @@ func benchOnce(ctx context.Context, c benchConfig, topos []string, cases, out st
 		fmt.Sprintf("the fixed-rate driver sleeps on a Go timer and then in the kernel (nanosleep) for the last 2 ms of each wait, never spinning, and sends what fell due in a burst (bench.FixedRate, load.Clock), for the transport and plain TCP alike; latency is from each message's intended send time; the driver alone, sending nothing, is how late this machine lets it hand messages over, a floor under every fixed-rate figure; plain TCP writes each message with a system call of its own, the best latency while the machine keeps up with %v writes a second, and the worst once it does not (its driver lag says which)", c.rate),
 		"CPU stalls: before the fixed-rate cases a thread pinned to each CPU spins for up to 3 s and counts every gap of 50 µs or more between its clock reads (bench.MeasureStalls): the guest's, when its kernel ran something else there, or the host's, when the thread was not switched out and the (virtual) CPU itself stopped; a p99.9 of 1 M messages at 100 k msgs/s is the 1000th latest, within reach of a few such stalls",
 		"goals are the default backend's (issue 14); the net backend's rows are for comparison")
+	if c.groups["peers"] {
+		sc.Notes = append(sc.Notes, fmt.Sprintf("peers: one node sends to %d nodes, a channel to each, at full speed (runs as the transport scenario's producers send them) and at the fixed rate (message i to node i mod %d); the %d receiving nodes all run in the receiving process (its loops shared, as any process's nodes share them), the sending node alone in its own in the two-process topology; issue 14 asks for the default backend to be the one that measures best for a node per process with tens of peers, so these rows set the default backend against the net backend in the same run", c.peers, c.peers, c.peers))
+	}
 	if c.topologies != "one" {
 		sc.Notes = append(sc.Notes, "two processes: this binary re-executed as 'loadgen benchpeer' (os.Executable) hosts the receiving node, TCP reader or echo; it is driven over a pipe of JSON lines")
 	}
@@ -189,8 +197,12 @@ func benchOnce(ctx context.Context, c benchConfig, topos []string, cases, out st
 }
 
 // benchGroups are the groups of cases, in the order they run: each group
-// holds its own baselines, so any of them can run alone.
-var benchGroups = []string{"throughput", "fixed", "pingpong"}
+// holds its own baselines, so any of them can run alone. The groups of
+// issue 14's figures run by default; peers only when asked for.
+var (
+	benchGroups        = []string{"throughput", "fixed", "pingpong", "peers"}
+	defaultBenchGroups = benchGroups[:3]
+)
 
 // benchStep is one case: a run of its group.
 type benchStep struct {
@@ -217,6 +229,10 @@ func (b *bencher) steps() []benchStep {
 		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendDefault, false) }},
 		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendDefault, true) }},
 		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendNet, false) }},
+		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendDefault, false) }},
+		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendNet, false) }},
+		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendDefault, true) }},
+		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendNet, true) }},
 	}
 	var out []benchStep
 	for _, s := range all {
@@ -265,7 +281,7 @@ func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Sc
 		}
 	}
 
-	for _, r := range benchRows(prefix, c.rate) {
+	for _, r := range benchRows(prefix, c.rate, c.peers) {
 		if !c.groups[r.group] {
 			continue
 		}
@@ -290,7 +306,7 @@ type benchRow struct {
 }
 
 // benchRows lists the comparisons of the runs whose IDs start with prefix.
-func benchRows(prefix string, rate float64) []benchRow {
+func benchRows(prefix string, rate float64, peers int) []benchRow {
 	ref := func(run, metric string) bench.Ref { return bench.Ref{Run: prefix + run, Metric: metric} }
 	refp := func(run, metric string) *bench.Ref { r := ref(run, metric); return &r }
 	const ceiling, tcp = "plain TCP ceiling", "plain TCP"
@@ -357,6 +373,20 @@ func benchRows(prefix string, rate float64) []benchRow {
 		rows = append(rows,
 			benchRow{"pingpong", "ping-pong: " + m.name + ", plain TCP, each message read on one goroutine and answered on another", ref("pingpong/tcp/hand-off", m.metric), refp("pingpong/tcp", m.metric), tcp, nil},
 			benchRow{"pingpong", "ping-pong: " + m.name + ", default backend vs plain TCP with the same hand-offs", ref("pingpong/"+backendDefault, m.metric), refp("pingpong/tcp/hand-off", m.metric), handOffs, nil})
+	}
+	// One node sending to many peers: the default backend against the
+	// net backend, which is what choosing the default rests on.
+	to := fmt.Sprintf("%d peers", peers)
+	rows = append(rows,
+		benchRow{"peers", "throughput to " + to + ": runs, net backend", ref("peers/net", "msgs_per_s"), nil, "", nil},
+		benchRow{"peers", "throughput to " + to + ": runs, default vs net backend", ref("peers/default", "msgs_per_s"), refp("peers/net", "msgs_per_s"), "net backend", nil},
+		benchRow{"peers", "CPU per message to " + to + ": net backend", ref("peers/net", "cpu_ns_per_msg"), nil, "", nil},
+		benchRow{"peers", "CPU per message to " + to + ": default vs net backend", ref("peers/default", "cpu_ns_per_msg"), refp("peers/net", "cpu_ns_per_msg"), "net backend", nil},
+	)
+	for _, m := range []struct{ metric, name string }{{"p50_us", "p50"}, {"p99_us", "p99"}, {"p999_us", "p99.9"}} {
+		rows = append(rows,
+			benchRow{"peers", fixed + " to " + to + ": " + m.name + ", net backend", ref("peers/fixed/net", m.metric), nil, "", nil},
+			benchRow{"peers", fixed + " to " + to + ": " + m.name + ", default vs net backend", ref("peers/fixed/default", m.metric), refp("peers/fixed/net", m.metric), "net backend", nil})
 	}
 	return rows
 }

@@ -353,6 +353,8 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--cases", "fixed,speed"}, `--cases: unknown group "speed"`},
 		{[]string{"--cases", ""}, `--cases: unknown group ""`},
 		{[]string{"--repeat", "0"}, "--repeat must be at least 1, got 0"},
+		{[]string{"--peers", "0"}, "--peers must be 1 to 256, got 0"},
+		{[]string{"--peers", "257"}, "--peers must be 1 to 256, got 257"},
 	} {
 		err := run(context.Background(), append([]string{"bench"}, c.args...), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -546,6 +548,54 @@ func TestBenchCasesSelectGroups(t *testing.T) {
 	}
 	if len(sc.Rows) != rows || sc.Goals != 2 {
 		t.Errorf("%d rows, %d goals; want %d rows, 2 goals", len(sc.Rows), sc.Goals, rows)
+	}
+}
+
+// The peers group sends from one node to --peers nodes, with each backend,
+// at full speed and at the fixed rate: every message reaches its peer
+// exactly once, every peer gets some, and the rows compare the default
+// backend with the net backend. It is not among the default groups.
+func TestBenchPeersReachesEveryPeer(t *testing.T) {
+	out := t.TempDir()
+	const peers = 5
+	args := []string{"bench", "--topology", "one", "--cases", "peers", "--peers", strconv.Itoa(peers), "--duration", "100ms", "--rate", "5000", "--out", out}
+	if err := run(context.Background(), args, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	sc, err := bench.ReadScorecard(filepath.Join(out, "bench.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range sc.Runs {
+		ids = append(ids, r.ID)
+		if r.Sent == 0 || r.ExactlyOnce == nil || !*r.ExactlyOnce || r.Delivery == nil || r.Delivery.Delivered != r.Sent {
+			t.Errorf("%s: %d sent, delivery %+v, exactly once %v", r.ID, r.Sent, r.Delivery, r.ExactlyOnce)
+		}
+		if got := r.Figures["peers_reached"]; got != peers {
+			t.Errorf("%s: messages went to %v peers, want %d", r.ID, got, peers)
+		}
+	}
+	if want := []string{"1p/peers/default", "1p/peers/net", "1p/peers/fixed/default", "1p/peers/fixed/net"}; !slices.Equal(ids, want) {
+		t.Errorf("runs %v, want %v", ids, want)
+	}
+	if fr := sc.Runs[2].Figures; fr["p99_us"] <= 0 || fr["p50_us"] > fr["p99_us"] {
+		t.Errorf("fixed rate to %d peers: latency figures %v", peers, fr)
+	}
+	rows := map[string]bool{}
+	for _, r := range sc.Rows {
+		rows[r.What] = true
+	}
+	for _, want := range []string{
+		"throughput to 5 peers: runs, default vs net backend",
+		"fixed 5000 msgs/s to 5 peers: p99, default vs net backend",
+	} {
+		if !rows[want] {
+			t.Errorf("no row %q among %v", want, rows)
+		}
+	}
+	if sc.Goals != 0 {
+		t.Errorf("%d goals, want none: issue 14 sets none for many peers", sc.Goals)
 	}
 }
 

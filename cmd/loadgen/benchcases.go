@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -336,6 +337,99 @@ func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error 
 		return fmt.Errorf("%s: %w", id, err)
 	}
 	return b.addThroughput(deliveryRun(bench.Run{ID: id, Case: what, Subject: be + " backend", PID: pid}, sent, r.Delivery, start), cpu)
+}
+
+// transportPeers sends from one node to b.cfg.peers peers, one channel to
+// each: at full speed in runs as the transport scenario's producers send
+// them, or (fixed) at the fixed rate, message i to peer i mod peers. It is
+// the node of a process with tens of peers, which is what the default
+// backend is chosen for. The peers are nodes of the receiving host (its
+// process in the two-process topology), each a node-sink.
+func (b *bencher) transportPeers(ctx context.Context, be string, fixed bool) error {
+	id := "peers/" + be
+	if fixed {
+		id = "peers/fixed/" + be
+	}
+	addrs, pid, err := b.host.start(ctx, sideSpec{Kind: sideNodeSinks, Backend: be, Size: b.cfg.size, Count: b.cfg.peers})
+	if err != nil {
+		return fmt.Errorf("%s: %w", id, err)
+	}
+	tx, senders, err := b.connectPeers(ctx, be, strings.Split(addrs, ","))
+	if err != nil {
+		_, _ = b.host.finish(ctx)
+		return fmt.Errorf("%s: %w", id, err)
+	}
+	defer tx.Abort()
+	cfg := transportConfig{size: b.cfg.size, duration: b.cfg.duration, channels: len(senders), connections: 1, delivery: "auto"}
+	what := fmt.Sprintf("throughput to %d peers, a channel each, runs of up to 64", len(senders))
+	cpu := startCPU(pid)
+	start := bench.Now()
+	var res bench.Result
+	if fixed {
+		cfg.rate = b.cfg.rate
+		what = fmt.Sprintf("fixed rate to %d peers, a channel each, message i to peer i mod %d", len(senders), len(senders))
+		res, err = load.FixedRate(ctx, cfg.loadConfig(), senders)
+	} else {
+		res.Sent, err = load.MaxRate(ctx, cfg.loadConfig(), senders)
+	}
+	for _, s := range senders {
+		if err != nil {
+			break
+		}
+		err = s.Flush(ctx)
+	}
+	r, ferr := b.host.finish(ctx)
+	if err = errors.Join(err, ferr); err != nil {
+		return fmt.Errorf("%s: %w", id, err)
+	}
+	run := deliveryRun(bench.Run{ID: id, Case: what, Subject: be + " backend", PID: pid}, res.Sent, r.Delivery, start)
+	// How many of the peers the messages went to: all of them, or the
+	// case measured something else.
+	reached := 0
+	for _, p := range tx.Stats().Peers {
+		if p.Traffic.MessagesOut > 0 {
+			reached++
+		}
+	}
+	run.Figures["peers_reached"] = float64(reached)
+	if !fixed {
+		return b.addThroughput(run, cpu)
+	}
+	run.Figures["max_lag_us"] = float64(res.MaxLagNS) / 1e3
+	if err := latencyFigures(run.Figures, r.Latency); err != nil {
+		return err
+	}
+	return b.add(run)
+}
+
+// connectPeers starts a node of backend be and opens a channel from task
+// (0, i) to echoTask on the node at addrs[i], for each i.
+func (b *bencher) connectPeers(ctx context.Context, be string, addrs []string) (*transport.Node, []*transport.Sender, error) {
+	opts, err := backendOptions(be)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, err := transport.NewNode(opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	senders := make([]*transport.Sender, len(addrs))
+	for i, addr := range addrs {
+		p, err := n.Peer(addr)
+		if err == nil {
+			err = p.WaitConnected(wctx)
+		}
+		if err == nil {
+			senders[i], err = p.OpenSender(wctx, taskid.ID{Index: uint32(i)}, echoTask)
+		}
+		if err != nil {
+			n.Abort()
+			return nil, nil, fmt.Errorf("peer %d of %d (%s): %w", i+1, len(addrs), addr, err)
+		}
+	}
+	return n, senders, nil
 }
 
 // transportFixed sends at the fixed rate on one channel, as 'loadgen run

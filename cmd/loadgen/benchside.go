@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,7 @@ const (
 	sideTCPEcho    = "tcp-echo"    // bench.Echo: the ping-pong baseline's echo
 	sideTCPEchoHO  = "tcp-echo-ho" // bench.EchoHandOff: the same with a hand-off between goroutines
 	sideNodeSink   = "node-sink"   // a node whose task (1, 0) checks and records what arrives, inline
+	sideNodeSinks  = "node-sinks"  // sideSpec.Count such nodes, addresses separated by commas
 	sideNodeEcho   = "node-echo"   // a node whose task (1, 0) sends what arrives back to (0, 0) at ReplyTo
 )
 
@@ -60,6 +62,8 @@ type sideSpec struct {
 	Size    int    `json:"size,omitempty"`
 	// ReplyTo is the pinging node's address, for node-echo.
 	ReplyTo string `json:"reply_to,omitempty"`
+	// Count is how many nodes a node-sinks side starts.
+	Count int `json:"count,omitempty"`
 }
 
 // sideReply is a host's answer: to "start" the side's address, to "finish"
@@ -111,7 +115,7 @@ func startSide(ctx context.Context, spec sideSpec) (side, error) {
 	switch spec.Kind {
 	case sideTCPPacked, sideTCPStamped, sideTCPEcho, sideTCPEchoHO:
 		return startTCPSide(spec)
-	case sideNodeSink:
+	case sideNodeSink, sideNodeSinks:
 		return startSinkSide(spec)
 	case sideNodeEcho:
 		return startEchoSide(ctx, spec)
@@ -182,39 +186,74 @@ func (s *tcpSide) finish(ctx context.Context) (bench.Delivery, *bench.Recorder, 
 	}
 }
 
-// sinkSide is a node whose task (1, 0) checks every message's sequence
-// number and records its latency, inline on the connection's loop, as
-// loadgen run --scenario transport does.
+// sinkSide is one node (node-sink) or several (node-sinks, one for each of
+// the sending node's peers), whose task (1, 0) checks every message's
+// sequence number and records its latency, inline on the connection's
+// loop, as loadgen run --scenario transport does. Node i checks channel i
+// of chk; its messages come from one sender.
 type sinkSide struct {
-	node *transport.Node
-	chk  *checker
-	rec  *bench.Recorder
-	last atomic.Int64
+	nodes []*transport.Node
+	chk   *checker
+	rec   *bench.Recorder
+	last  atomic.Int64 // the latest delivery of any of the nodes
 }
 
+// maxSinks bounds a node-sinks side: each node is a listener and a loop's
+// connection in the hosting process.
+const maxSinks = 256
+
 func startSinkSide(spec sideSpec) (*sinkSide, error) {
-	n, err := listeningNode(spec.Backend)
-	if err != nil {
-		return nil, err
+	count := 1
+	if spec.Kind == sideNodeSinks {
+		if spec.Count < 1 || spec.Count > maxSinks {
+			return nil, fmt.Errorf("bench: %d receiving nodes asked for, want 1 to %d", spec.Count, maxSinks)
+		}
+		count = spec.Count
 	}
-	s := &sinkSide{node: n, chk: &checker{chans: make([]chanCheck, 1)}, rec: bench.NewRecorder()}
-	if err := n.HandleInline(echoTask, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
-		now := bench.Now()
-		s.chk.observe(0, msgs, now, s.rec)
-		s.last.Store(now)
-	}); err != nil {
-		n.Abort()
-		return nil, err
+	s := &sinkSide{chk: &checker{chans: make([]chanCheck, count)}, rec: bench.NewRecorder()}
+	for i := range count {
+		n, err := listeningNode(spec.Backend)
+		if err != nil {
+			s.abort()
+			return nil, err
+		}
+		s.nodes = append(s.nodes, n)
+		if err := n.HandleInline(echoTask, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
+			now := bench.Now()
+			s.chk.observe(i, msgs, now, s.rec)
+			storeLater(&s.last, now)
+		}); err != nil {
+			s.abort()
+			return nil, err
+		}
 	}
 	return s, nil
 }
 
-func (s *sinkSide) addr() string { return s.node.Addr() }
+// storeLater stores t in v unless v already holds a later time: nodes on
+// different loops record their deliveries concurrently.
+func storeLater(v *atomic.Int64, t int64) {
+	for last := v.Load(); t > last && !v.CompareAndSwap(last, t); last = v.Load() {
+	}
+}
 
-func (s *sinkSide) abort() { s.node.Abort() }
+// addr is the nodes' addresses, separated by commas.
+func (s *sinkSide) addr() string {
+	addrs := make([]string, len(s.nodes))
+	for i, n := range s.nodes {
+		addrs[i] = n.Addr()
+	}
+	return strings.Join(addrs, ",")
+}
+
+func (s *sinkSide) abort() {
+	for _, n := range s.nodes {
+		n.Abort()
+	}
+}
 
 func (s *sinkSide) finish(context.Context) (bench.Delivery, *bench.Recorder, error) {
-	s.node.Abort()
+	s.abort()
 	if n := s.chk.malformed.Load(); n > 0 {
 		return bench.Delivery{}, nil, fmt.Errorf("bench: %s", malformedNote(n))
 	}

@@ -94,8 +94,10 @@ const burst = 64
 // hold back the others; when none has credit they wait for an
 // acknowledgement to free some. A message's intended send time is a clock
 // read at most 128 messages and visits before it (microseconds). The end
-// of ctx or of the duration is not an error; a failed send is. Every
-// sender must belong to the same peer.
+// of ctx or of the duration is not an error; a failed send is. The
+// senders may belong to several peers: a producer none of whose senders
+// had credit waits for an acknowledgement from the peer of its first one
+// (with the load spread evenly, the peers' credit comes back alike).
 func MaxRate(ctx context.Context, cfg Config, senders []*transport.Sender) (int64, error) {
 	if err := cfg.check(len(senders)); err != nil {
 		return 0, err
@@ -110,7 +112,6 @@ func MaxRate(ctx context.Context, cfg Config, senders []*transport.Sender) (int6
 // between them. It returns how many they sent.
 func produceAll(ctx context.Context, cfg Config, senders []*transport.Sender, budget *atomic.Int64) (int64, error) {
 	producers := min(len(senders), max(1, cfg.Producers))
-	peer := senders[0].Peer()
 	var total atomic.Int64
 	var wg sync.WaitGroup
 	errs := make([]error, producers)
@@ -122,7 +123,7 @@ func produceAll(ctx context.Context, cfg Config, senders []*transport.Sender, bu
 			for i := p; i < len(senders); i += producers {
 				mine = append(mine, i)
 			}
-			n, err := produce(ctx, cfg, peer, senders, mine, budget)
+			n, err := produce(ctx, cfg, senders, mine, budget)
 			total.Add(n)
 			errs[p] = err
 		}()
@@ -149,7 +150,8 @@ func claim(budget *atomic.Int64, want int) int {
 // produce is one of MaxRate's and Count's producers, sending to the senders
 // numbered mine until ctx ends or budget (nil: no limit) runs out. It
 // returns how many it sent.
-func produce(ctx context.Context, cfg Config, peer *transport.Peer, senders []*transport.Sender, mine []int, budget *atomic.Int64) (int64, error) {
+func produce(ctx context.Context, cfg Config, senders []*transport.Sender, mine []int, budget *atomic.Int64) (int64, error) {
+	peer := senders[mine[0]].Peer()
 	src := newPayloads(cfg.Size, len(senders), cfg.Shift)
 	run := src.newRun(burst - 1)
 	var n int64
