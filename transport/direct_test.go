@@ -272,3 +272,51 @@ func TestWhatTheLoopSchedulesWhileReadingGoesOutWithoutAWakeUp(t *testing.T) {
 		t.Fatalf("the woken loop wrote %x, want %x", lk.wrote, want)
 	}
 }
+
+// A direct write on one of a node's connections holds off direct writes on
+// its others for the gap (directGap, or the write's cost if longer): a
+// producer that sends to many peers in turn, each connection idle by
+// itself, leaves the writing to the loop instead of making a system call
+// for each message. Past the gap a sender writes directly again.
+func TestADirectWriteHoldsOffTheNodesOtherConnections(t *testing.T) {
+	n := testNode(t)
+	var conns [2]*conn
+	for i := range conns {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
+		c := newConn(n, nil, 0)
+		c.lk = &recLink{}
+		c.setDirectFD(fds[0])
+		c.state.Store(stOpen)
+		conns[i] = c
+	}
+	a, b := conns[0], conns[1]
+	// b has not been written for ten seconds and takes 100 ms a write: by
+	// its own gap alone it is idle.
+	const cost = int64(100 * time.Millisecond)
+	b.lastWrite.Store(n.now() - int64(10*time.Second))
+	b.writeCost.Store(cost)
+
+	a.wmu.Lock()
+	if !a.writeDirect([][]byte{[]byte("a frame")}, len("a frame")) {
+		t.Fatal("the direct write on the first connection failed")
+	}
+	a.wmu.Unlock()
+	if last := n.lastDirect.Load(); last == 0 || n.now()-last >= cost {
+		t.Fatalf("the node's last direct write is at %d, now %d: not recorded", last, n.now())
+	}
+	if direct, _ := b.enqueue(&channel{}, 100, true); direct {
+		t.Fatal("a sender wrote directly to a second connection right after a direct write to the first")
+	}
+	b.mu.Lock()
+	b.mu.scheduled = false
+	b.mu.Unlock()
+
+	n.lastDirect.Store(n.now() - 2*cost)
+	if direct, _ := b.enqueue(&channel{}, 100, true); !direct {
+		t.Error("past the gap a sender does not write directly to an idle connection")
+	}
+}

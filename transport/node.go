@@ -38,13 +38,16 @@ type Node struct {
 	tlsServer *tls.Config
 	sec       securityCounters
 
-	timers   *timers
-	faultN   faultCounters
-	connSeq  atomic.Uint64
-	closing  atomic.Bool
-	stopping chan struct{} // closed once shutdown has closed the connections
-	closed   chan struct{}
-	bgDone   sync.WaitGroup
+	timers  *timers
+	faultN  faultCounters
+	connSeq atomic.Uint64
+	// lastDirect is when a sender's direct write to any of its
+	// connections last ended (see directGap).
+	lastDirect atomic.Int64
+	closing    atomic.Bool
+	stopping   chan struct{} // closed once shutdown has closed the connections
+	closed     chan struct{}
+	bgDone     sync.WaitGroup
 
 	mu struct {
 		sync.Mutex

@@ -69,6 +69,8 @@ func (c *conn) sendCtrl(appendFrame func([]byte) []byte) {
 // flushDirect, or else wake the loop with wake; or neither, when the loop
 // is already scheduled or the connection is stream-driven. mayDirect is
 // false on the loop, which flushes anyway, and for a streaming channel.
+// A direct write needs the connection, and every connection of the node,
+// to have been without a direct write for directGap (or a write's cost).
 func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake bool) {
 	c.pending.Add(int64(bytes))
 	c.mu.Lock()
@@ -88,8 +90,8 @@ func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake boo
 		// that caught up during its sender's wait acknowledged them all.
 		return false, false
 	}
-	if mayDirect && c.fd >= 0 && !c.linkBuffered.Load() && c.state.Load() == stOpen &&
-		c.node.now()-c.lastWrite.Load() >= max(directGap, c.writeCost.Load()) {
+	if now, gap := c.node.now(), max(directGap, c.writeCost.Load()); mayDirect && c.fd >= 0 && !c.linkBuffered.Load() &&
+		c.state.Load() == stOpen && now-c.lastWrite.Load() >= gap && now-c.node.lastDirect.Load() >= gap {
 		// Claimed: nobody schedules the loop while the caller writes.
 		c.mu.scheduled = true
 		return true, false
