@@ -18,6 +18,8 @@ go test -run '^$' -bench 'PlainTCP|Transport1Channel$|Transport1ChannelGoroutine
 # loadgen bench: issue 14's figures, in a directory named after the CPU model (bench-amd-epyc, ...).
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/-$//')
 $lg bench --duration 3s --out $out/bench-$cpu
+# One node sending to 20 peers, each backend (about 75 s).
+$lg bench --cases peers --duration 3s --repeat 3 --out $out/bench-$cpu/peers/$(git rev-parse --short HEAD)
 
 # Throughput by message size, one channel, as fast as the transport allows.
 for size in 16 100 1024; do

@@ -163,8 +163,12 @@ func benchDone(stdout io.Writer, asJSON bool, v any, exactlyOnce bool) error {
 // benchOnce measures every selected case once, prints the scorecard and
 // writes it to out as bench.json and bench.md.
 func benchOnce(ctx context.Context, c benchConfig, topos []string, cases, out string, stdout, stderr io.Writer) (*bench.Scorecard, error) {
-	sc := bench.NewScorecard(fmt.Sprintf("loadgen bench: %d B messages, one channel", c.size), map[string]any{
-		"size": c.size, "duration_per_case": c.duration.String(), "fixed_rate": c.rate, "topologies": topos, "cases": cases,
+	title := fmt.Sprintf("loadgen bench: %d B messages, one channel", c.size)
+	if c.groups["peers"] {
+		title += fmt.Sprintf(" (peers: %d peers, a channel each)", c.peers)
+	}
+	sc := bench.NewScorecard(title, map[string]any{
+		"size": c.size, "duration_per_case": c.duration.String(), "fixed_rate": c.rate, "topologies": topos, "cases": cases, "peers": c.peers,
 	})
 	sc.Notes = append(sc.Notes,
 		"throughput is messages delivered and checked by the receiver divided by the time from the first send to the last delivery",
