@@ -278,31 +278,11 @@ func (b *bencher) measureCeiling(ctx context.Context, when string) (bench.Run, e
 // connectNode starts a node of backend be and opens a channel from
 // pingTask to echoTask at addr.
 func (b *bencher) connectNode(ctx context.Context, be, addr string) (*transport.Node, *transport.Sender, error) {
-	opts, err := backendOptions(be)
+	n, senders, err := b.connectPeers(ctx, be, []string{addr})
 	if err != nil {
 		return nil, nil, err
 	}
-	n, err := transport.NewNode(opts...)
-	if err != nil {
-		return nil, nil, err
-	}
-	p, err := n.Peer(addr)
-	if err != nil {
-		n.Abort()
-		return nil, nil, err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := p.WaitConnected(wctx); err != nil {
-		n.Abort()
-		return nil, nil, err
-	}
-	s, err := p.OpenSender(wctx, pingTask, echoTask)
-	if err != nil {
-		n.Abort()
-		return nil, nil, err
-	}
-	return n, s, nil
+	return n, senders[0], nil
 }
 
 // transportMax sends at full speed on one channel: runs as the transport
@@ -403,7 +383,8 @@ func (b *bencher) transportPeers(ctx context.Context, be string, fixed bool) err
 }
 
 // connectPeers starts a node of backend be and opens a channel from task
-// (0, i) to echoTask on the node at addrs[i], for each i.
+// (0, i) to echoTask on the node at addrs[i], for each i (task (0, 0) is
+// pingTask).
 func (b *bencher) connectPeers(ctx context.Context, be string, addrs []string) (*transport.Node, []*transport.Sender, error) {
 	opts, err := backendOptions(be)
 	if err != nil {
