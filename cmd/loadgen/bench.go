@@ -235,6 +235,7 @@ func (b *bencher) steps() []benchStep {
 		{"pingpong", func(ctx context.Context) error { return b.transportPingPong(ctx, backendNet, false) }},
 		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendDefault, false) }},
 		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendNet, false) }},
+		{"peers", b.tcpFixedPeers},
 		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendDefault, true) }},
 		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendNet, true) }},
 	}
@@ -387,9 +388,12 @@ func benchRows(prefix string, rate float64, peers int) []benchRow {
 		benchRow{"peers", "CPU per message to " + to + ": net backend", ref("peers/net", "cpu_ns_per_msg"), nil, "", nil},
 		benchRow{"peers", "CPU per message to " + to + ": default vs net backend", ref("peers/default", "cpu_ns_per_msg"), refp("peers/net", "cpu_ns_per_msg"), "net backend", nil},
 	)
+	tcpConns := fmt.Sprintf("plain TCP, %d connections", peers)
 	for _, m := range []struct{ metric, name string }{{"p50_us", "p50"}, {"p99_us", "p99"}, {"p999_us", "p99.9"}} {
 		rows = append(rows,
-			benchRow{"peers", fixed + " to " + to + ": " + m.name + ", net backend", ref("peers/fixed/net", m.metric), nil, "", nil},
+			benchRow{"peers", fixed + " to " + to + ": " + m.name + ", " + tcpConns, ref("peers/fixed/tcp", m.metric), nil, "", nil},
+			benchRow{"peers", fixed + " to " + to + ": " + m.name + ", net backend", ref("peers/fixed/net", m.metric), refp("peers/fixed/tcp", m.metric), tcpConns, nil},
+			benchRow{"peers", fixed + " to " + to + ": " + m.name + ", default backend", ref("peers/fixed/default", m.metric), refp("peers/fixed/tcp", m.metric), tcpConns, nil},
 			benchRow{"peers", fixed + " to " + to + ": " + m.name + ", default vs net backend", ref("peers/fixed/default", m.metric), refp("peers/fixed/net", m.metric), "net backend", nil})
 	}
 	return rows

@@ -275,6 +275,64 @@ func (b *bencher) measureCeiling(ctx context.Context, when string) (bench.Run, e
 	return b.print(r), nil
 }
 
+// tcpFixedPeers is plain TCP's fixed-rate baseline to many peers: the
+// same driver at the same rate writing message i, with one write, to
+// connection i mod b.cfg.peers of as many to the receiving host, each
+// connection numbering its messages from 0.
+func (b *bencher) tcpFixedPeers(ctx context.Context) error {
+	const id = "peers/fixed/tcp"
+	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideTCPFanIn, Size: b.cfg.size, Count: b.cfg.peers})
+	if err != nil {
+		return fmt.Errorf("%s: %w", id, err)
+	}
+	conns := make([]*net.TCPConn, 0, b.cfg.peers)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range b.cfg.peers {
+		c, err := dialTCP(ctx, addr)
+		if err != nil {
+			_, _ = b.host.finish(ctx)
+			return fmt.Errorf("%s: %w", id, err)
+		}
+		conns = append(conns, c)
+	}
+	stop := context.AfterFunc(ctx, func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	defer stop()
+	msg := load.Payload(b.cfg.size)
+	n := int64(len(conns))
+	start := bench.Now()
+	res, err := bench.FixedRate{Rate: b.cfg.rate, Duration: b.cfg.duration, Clock: load.Clock}.Run(ctx,
+		func(_ context.Context, i, intended int64) error {
+			bench.Stamp(msg, intended, uint64(i/n))
+			_, err := conns[i%n].Write(msg)
+			return err
+		})
+	for _, c := range conns {
+		if err != nil {
+			break
+		}
+		err = c.CloseWrite()
+	}
+	r, ferr := b.host.finish(ctx)
+	if err = errors.Join(err, ferr); err != nil {
+		return fmt.Errorf("%s: %w", id, err)
+	}
+	run := deliveryRun(bench.Run{ID: id, Case: fmt.Sprintf("fixed rate to %d connections, message i to connection i mod %d", n, n),
+		Subject: "plain TCP", PID: pid}, res.Sent, r.Delivery, start)
+	run.Figures["max_lag_us"] = float64(res.MaxLagNS) / 1e3
+	if err := latencyFigures(run.Figures, r.Latency); err != nil {
+		return err
+	}
+	return b.add(run)
+}
+
 // connectNode starts a node of backend be and opens a channel from
 // pingTask to echoTask at addr.
 func (b *bencher) connectNode(ctx context.Context, be, addr string) (*transport.Node, *transport.Sender, error) {

@@ -35,6 +35,7 @@ import (
 const (
 	sideTCPPacked  = "tcp-packed"  // bench.ReadPacked: the throughput ceiling's reader
 	sideTCPStamped = "tcp-stamped" // bench.ReadStamped: the fixed-rate baseline's reader
+	sideTCPFanIn   = "tcp-fan-in"  // sideSpec.Count connections, each read by bench.ReadStamped
 	sideTCPEcho    = "tcp-echo"    // bench.Echo: the ping-pong baseline's echo
 	sideTCPEchoHO  = "tcp-echo-ho" // bench.EchoHandOff: the same with a hand-off between goroutines
 	sideNodeSink   = "node-sink"   // a node whose task (1, 0) checks and records what arrives, inline
@@ -115,6 +116,8 @@ func startSide(ctx context.Context, spec sideSpec) (side, error) {
 	switch spec.Kind {
 	case sideTCPPacked, sideTCPStamped, sideTCPEcho, sideTCPEchoHO:
 		return startTCPSide(spec)
+	case sideTCPFanIn:
+		return startFanInSide(spec)
 	case sideNodeSink, sideNodeSinks:
 		return startSinkSide(spec)
 	case sideNodeEcho:
@@ -184,6 +187,81 @@ func (s *tcpSide) finish(ctx context.Context) (bench.Delivery, *bench.Recorder, 
 		s.abort()
 		return bench.Delivery{}, nil, fmt.Errorf("bench: the TCP side did not see the end of the stream: %w", ctx.Err())
 	}
+}
+
+// fanInSide accepts Count connections and reads each with
+// bench.ReadStamped, all recording into one Recorder: plain TCP's
+// fixed-rate baseline to many peers. Each connection numbers its messages
+// from 0; the delivery is the sum of theirs.
+type fanInSide struct {
+	ln    net.Listener
+	rec   *bench.Recorder
+	mu    sync.Mutex
+	conns []net.Conn
+	done  chan tcpDone // one for each connection
+	count int
+}
+
+func startFanInSide(spec sideSpec) (*fanInSide, error) {
+	if spec.Count < 1 || spec.Count > maxSinks {
+		return nil, fmt.Errorf("bench: %d TCP connections asked for, want 1 to %d", spec.Count, maxSinks)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &fanInSide{ln: ln, rec: bench.NewRecorder(), done: make(chan tcpDone, spec.Count), count: spec.Count}
+	go func() {
+		for range spec.Count {
+			c, err := ln.Accept()
+			if err != nil {
+				s.done <- tcpDone{err: err}
+				continue
+			}
+			s.mu.Lock()
+			s.conns = append(s.conns, c)
+			s.mu.Unlock()
+			go func() {
+				defer c.Close()
+				d, err := bench.ReadStamped(c, spec.Size, s.rec)
+				s.done <- tcpDone{d: d, err: err}
+			}()
+		}
+		ln.Close()
+	}()
+	return s, nil
+}
+
+func (s *fanInSide) addr() string { return s.ln.Addr().String() }
+
+func (s *fanInSide) abort() {
+	s.ln.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.conns {
+		c.Close()
+	}
+}
+
+// finish waits for every connection's end of stream and sums what their
+// readers found.
+func (s *fanInSide) finish(ctx context.Context) (bench.Delivery, *bench.Recorder, error) {
+	var sum bench.Delivery
+	var errs []error
+	for range s.count {
+		select {
+		case r := <-s.done:
+			sum.Delivered += r.d.Delivered
+			sum.Duplicates += r.d.Duplicates
+			sum.Missing += r.d.Missing
+			sum.LastNS = max(sum.LastNS, r.d.LastNS)
+			errs = append(errs, r.err)
+		case <-ctx.Done():
+			s.abort()
+			return bench.Delivery{}, nil, fmt.Errorf("bench: the TCP side did not see the end of every stream: %w", ctx.Err())
+		}
+	}
+	return sum, s.rec, errors.Join(errs...)
 }
 
 // sinkSide is one node (node-sink) or several (node-sinks, one for each of
