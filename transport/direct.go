@@ -41,8 +41,9 @@ func (c *conn) writeLast(b []byte) {
 // connection (Node.lastDirect): a producer that sends to many peers in
 // turn finds each of their connections idle, and with the gap counted per
 // connection alone it made a system call for nearly every message (to 20
-// peers at 100,000 msgs/s in all, a fixed-rate p99 of 1.7-6 ms against the
-// net backend's 1.0-1.3 ms; results/bench-amd-epyc/peers).
+// peers at 100,000 msgs/s in all, across two processes, a fixed-rate p99
+// of 3.1-5.6 ms against the net backend's 1.1-1.45 ms, and 1.2-1.7 ms
+// since; results/bench-amd-epyc/peers).
 const directGap = int64(5 * time.Microsecond)
 
 // directMaxUnacked is the most messages a channel may have unacknowledged

@@ -291,6 +291,7 @@ func TestADirectWriteHoldsOffTheNodesOtherConnections(t *testing.T) {
 		c.lk = &recLink{}
 		c.setDirectFD(fds[0])
 		c.state.Store(stOpen)
+		t.Cleanup(func() { c.close(context.Canceled) })
 		conns[i] = c
 	}
 	a, b := conns[0], conns[1]
