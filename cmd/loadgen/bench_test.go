@@ -552,20 +552,17 @@ func TestBenchCasesSelectGroups(t *testing.T) {
 }
 
 // The peers group sends from one node to --peers nodes, with each backend,
-// at full speed and at the fixed rate: every message reaches its peer
-// exactly once, every peer gets some, and the rows compare the default
-// backend with the net backend. It is not among the default groups.
+// at full speed and at the fixed rate, beside plain TCP to as many
+// connections: in both topologies every message reaches its peer exactly
+// once, every peer gets some, the receiving side runs in the second process
+// across two, and the rows compare the default backend with the net
+// backend and plain TCP. It is not among the default groups.
 func TestBenchPeersReachesEveryPeer(t *testing.T) {
-	out := t.TempDir()
+	if testing.Short() {
+		t.Skip("skipping in -short mode: builds loadgen and runs 10 cases of 100 ms")
+	}
 	const peers = 5
-	args := []string{"bench", "--topology", "one", "--cases", "peers", "--peers", strconv.Itoa(peers), "--duration", "100ms", "--rate", "5000", "--out", out}
-	if err := run(context.Background(), args, io.Discard, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	sc, err := bench.ReadScorecard(filepath.Join(out, "bench.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc, _, cmd := runBench(t, buildLoadgen(t), "--cases", "peers", "--peers", strconv.Itoa(peers), "--duration", "100ms", "--rate", "5000", "--out", t.TempDir())
 	var ids []string
 	for _, r := range sc.Runs {
 		ids = append(ids, r.ID)
@@ -578,13 +575,22 @@ func TestBenchPeersReachesEveryPeer(t *testing.T) {
 		if strings.Contains(r.ID, "/fixed/") && (r.Figures["p99_us"] <= 0 || r.Figures["p50_us"] > r.Figures["p99_us"]) {
 			t.Errorf("%s: latency figures %v", r.ID, r.Figures)
 		}
+		if two := strings.HasPrefix(r.ID, "2p/"); two == (r.PID == cmd.Process.Pid) {
+			t.Errorf("%s received in pid %d (loadgen bench's is %d)", r.ID, r.PID, cmd.Process.Pid)
+		}
 	}
-	if want := []string{"1p/peers/default", "1p/peers/net", "1p/peers/fixed/tcp", "1p/peers/fixed/default", "1p/peers/fixed/net"}; !slices.Equal(ids, want) {
+	var want []string
+	for _, topo := range []string{"1p/", "2p/"} {
+		for _, id := range []string{"peers/default", "peers/net", "peers/fixed/tcp", "peers/fixed/default", "peers/fixed/net"} {
+			want = append(want, topo+id)
+		}
+	}
+	if !slices.Equal(ids, want) {
 		t.Errorf("runs %v, want %v", ids, want)
 	}
-	rows := map[string]bool{}
+	rows := map[string]int{}
 	for _, r := range sc.Rows {
-		rows[r.What] = true
+		rows[r.What]++
 	}
 	for _, want := range []string{
 		"throughput to 5 peers: runs, default vs net backend",
@@ -592,8 +598,8 @@ func TestBenchPeersReachesEveryPeer(t *testing.T) {
 		"fixed 5000 msgs/s to 5 peers: p99, default backend",
 		"fixed 5000 msgs/s to 5 peers: p99, plain TCP, 5 connections",
 	} {
-		if !rows[want] {
-			t.Errorf("no row %q among %v", want, rows)
+		if rows[want] != 2 {
+			t.Errorf("row %q printed %d times, want once a topology", want, rows[want])
 		}
 	}
 	if sc.Goals != 0 {
