@@ -42,7 +42,7 @@ func (c *conn) writeLast(b []byte) {
 // turn finds each of their connections idle, and with the gap counted per
 // connection alone it made a system call for nearly every message (to 20
 // peers at 100,000 msgs/s in all, across two processes, a fixed-rate p99
-// of 3.1-5.6 ms against the net backend's 1.1-1.45 ms, and 1.2-1.7 ms
+// of 3.1-5.6 ms against the net backend's 1.1-1.45 ms, and 1.0-1.7 ms
 // since; results/bench-amd-epyc/peers).
 const directGap = int64(5 * time.Microsecond)
 
