@@ -67,7 +67,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (15 per topology with the default groups, 30 in all, and 5 more a topology with peers; the CPU stall probe at most 3s)")
 	cases := fs.String("cases", strings.Join(defaultBenchGroups, ","), "which groups of cases to measure, each with its own baselines: "+strings.Join(benchGroups, ", ")+
 		"\n(peers: one node sending to --peers peers, a channel each, with each backend; the default backend is chosen for a\nnode per process with tens of peers)")
-	fs.IntVar(&c.peers, "peers", 20, fmt.Sprintf("how many peers the peers group's node sends to, 1 to %d", maxSinks))
+	fs.IntVar(&c.peers, "peers", 20, fmt.Sprintf("how many peers the peers group's node sends to, 1 to %d", maxCount))
 	fs.Float64Var(&c.rate, "rate", 100_000, "messages per second of the fixed-rate cases")
 	fs.StringVar(&c.topologies, "topology", "both", "which topologies to measure: one (two nodes in one process), two (two processes) or both")
 	fs.StringVar(&c.out, "out", filepath.Join("results", "local", "bench"), "directory for bench.json and bench.md")
@@ -107,8 +107,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("--rate must be a positive number, got %v", c.rate)
 	case c.repeat < 1:
 		return fmt.Errorf("--repeat must be at least 1, got %d", c.repeat)
-	case c.peers < 1 || c.peers > maxSinks:
-		return fmt.Errorf("--peers must be 1 to %d, got %d", maxSinks, c.peers)
+	case c.peers < 1 || c.peers > maxCount:
+		return fmt.Errorf("--peers must be 1 to %d, got %d", maxCount, c.peers)
 	}
 	if c.repeat == 1 {
 		sc, err := benchOnce(ctx, c, topos, *cases, c.out, stdout, stderr)

@@ -281,7 +281,7 @@ func (b *bencher) measureCeiling(ctx context.Context, when string) (bench.Run, e
 // connection numbering its messages from 0.
 func (b *bencher) tcpFixedPeers(ctx context.Context) error {
 	const id = "peers/fixed/tcp"
-	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideTCPFanIn, Size: b.cfg.size, Count: b.cfg.peers})
+	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideTCPStamped, Size: b.cfg.size, Count: b.cfg.peers})
 	if err != nil {
 		return fmt.Errorf("%s: %w", id, err)
 	}
@@ -388,7 +388,7 @@ func (b *bencher) transportPeers(ctx context.Context, be string, fixed bool) err
 	if fixed {
 		id = "peers/fixed/" + be
 	}
-	addrs, pid, err := b.host.start(ctx, sideSpec{Kind: sideNodeSinks, Backend: be, Size: b.cfg.size, Count: b.cfg.peers})
+	addrs, pid, err := b.host.start(ctx, sideSpec{Kind: sideNodeSink, Backend: be, Size: b.cfg.size, Count: b.cfg.peers})
 	if err != nil {
 		return fmt.Errorf("%s: %w", id, err)
 	}

@@ -35,11 +35,9 @@ import (
 const (
 	sideTCPPacked  = "tcp-packed"  // bench.ReadPacked: the throughput ceiling's reader
 	sideTCPStamped = "tcp-stamped" // bench.ReadStamped: the fixed-rate baseline's reader
-	sideTCPFanIn   = "tcp-fan-in"  // sideSpec.Count connections, each read by bench.ReadStamped
 	sideTCPEcho    = "tcp-echo"    // bench.Echo: the ping-pong baseline's echo
 	sideTCPEchoHO  = "tcp-echo-ho" // bench.EchoHandOff: the same with a hand-off between goroutines
 	sideNodeSink   = "node-sink"   // a node whose task (1, 0) checks and records what arrives, inline
-	sideNodeSinks  = "node-sinks"  // sideSpec.Count such nodes, addresses separated by commas
 	sideNodeEcho   = "node-echo"   // a node whose task (1, 0) sends what arrives back to (0, 0) at ReplyTo
 )
 
@@ -63,8 +61,25 @@ type sideSpec struct {
 	Size    int    `json:"size,omitempty"`
 	// ReplyTo is the pinging node's address, for node-echo.
 	ReplyTo string `json:"reply_to,omitempty"`
-	// Count is how many nodes a node-sinks side starts.
+	// Count is how many connections a TCP side accepts, or how many nodes
+	// a node-sink side starts (their addresses separated by commas); 0
+	// means one.
 	Count int `json:"count,omitempty"`
+}
+
+// maxCount bounds sideSpec.Count: each is a connection (and, for nodes, a
+// listener) in the hosting process.
+const maxCount = 256
+
+// count is how many connections or nodes spec asks for.
+func (spec sideSpec) count() (int, error) {
+	switch {
+	case spec.Count == 0:
+		return 1, nil
+	case spec.Count < 0 || spec.Count > maxCount:
+		return 0, fmt.Errorf("bench: a side of %d connections or nodes asked for, want 1 to %d", spec.Count, maxCount)
+	}
+	return spec.Count, nil
 }
 
 // sideReply is a host's answer: to "start" the side's address, to "finish"
@@ -116,9 +131,7 @@ func startSide(ctx context.Context, spec sideSpec) (side, error) {
 	switch spec.Kind {
 	case sideTCPPacked, sideTCPStamped, sideTCPEcho, sideTCPEchoHO:
 		return startTCPSide(spec)
-	case sideTCPFanIn:
-		return startFanInSide(spec)
-	case sideNodeSink, sideNodeSinks:
+	case sideNodeSink:
 		return startSinkSide(spec)
 	case sideNodeEcho:
 		return startEchoSide(ctx, spec)
@@ -126,74 +139,11 @@ func startSide(ctx context.Context, spec sideSpec) (side, error) {
 	return nil, fmt.Errorf("bench: unknown side %q", spec.Kind)
 }
 
-// tcpSide accepts one connection and runs a baseline's receiving half on it.
+// tcpSide accepts spec.count() connections and runs a baseline's
+// receiving half on each; a reader's latencies go to one Recorder, and the
+// delivery is the sum of the readers' (each connection numbers its
+// messages from 0).
 type tcpSide struct {
-	ln   net.Listener
-	conn atomic.Pointer[net.Conn]
-	rec  *bench.Recorder
-	done chan tcpDone
-}
-
-type tcpDone struct {
-	d   bench.Delivery
-	err error
-}
-
-func startTCPSide(spec sideSpec) (*tcpSide, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	s := &tcpSide{ln: ln, rec: bench.NewRecorder(), done: make(chan tcpDone, 1)}
-	go func() {
-		c, err := ln.Accept()
-		ln.Close()
-		if err != nil {
-			s.done <- tcpDone{err: err}
-			return
-		}
-		defer c.Close()
-		s.conn.Store(&c)
-		var r tcpDone
-		switch spec.Kind {
-		case sideTCPPacked:
-			r.d, r.err = bench.ReadPacked(c, spec.Size)
-		case sideTCPStamped:
-			r.d, r.err = bench.ReadStamped(c, spec.Size, s.rec)
-		case sideTCPEchoHO:
-			r.err = bench.EchoHandOff(c, spec.Size)
-		default:
-			r.err = bench.Echo(c, spec.Size)
-		}
-		s.done <- r
-	}()
-	return s, nil
-}
-
-func (s *tcpSide) addr() string { return s.ln.Addr().String() }
-
-func (s *tcpSide) abort() {
-	s.ln.Close()
-	if c := s.conn.Load(); c != nil {
-		(*c).Close()
-	}
-}
-
-func (s *tcpSide) finish(ctx context.Context) (bench.Delivery, *bench.Recorder, error) {
-	select {
-	case r := <-s.done:
-		return r.d, s.rec, r.err
-	case <-ctx.Done():
-		s.abort()
-		return bench.Delivery{}, nil, fmt.Errorf("bench: the TCP side did not see the end of the stream: %w", ctx.Err())
-	}
-}
-
-// fanInSide accepts Count connections and reads each with
-// bench.ReadStamped, all recording into one Recorder: plain TCP's
-// fixed-rate baseline to many peers. Each connection numbers its messages
-// from 0; the delivery is the sum of theirs.
-type fanInSide struct {
 	ln    net.Listener
 	rec   *bench.Recorder
 	mu    sync.Mutex
@@ -202,17 +152,24 @@ type fanInSide struct {
 	count int
 }
 
-func startFanInSide(spec sideSpec) (*fanInSide, error) {
-	if spec.Count < 1 || spec.Count > maxSinks {
-		return nil, fmt.Errorf("bench: %d TCP connections asked for, want 1 to %d", spec.Count, maxSinks)
+type tcpDone struct {
+	d   bench.Delivery
+	err error
+}
+
+func startTCPSide(spec sideSpec) (*tcpSide, error) {
+	count, err := spec.count()
+	if err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	s := &fanInSide{ln: ln, rec: bench.NewRecorder(), done: make(chan tcpDone, spec.Count), count: spec.Count}
+	s := &tcpSide{ln: ln, rec: bench.NewRecorder(), done: make(chan tcpDone, count), count: count}
 	go func() {
-		for range spec.Count {
+		defer ln.Close()
+		for range count {
 			c, err := ln.Accept()
 			if err != nil {
 				s.done <- tcpDone{err: err}
@@ -223,18 +180,27 @@ func startFanInSide(spec sideSpec) (*fanInSide, error) {
 			s.mu.Unlock()
 			go func() {
 				defer c.Close()
-				d, err := bench.ReadStamped(c, spec.Size, s.rec)
-				s.done <- tcpDone{d: d, err: err}
+				var r tcpDone
+				switch spec.Kind {
+				case sideTCPPacked:
+					r.d, r.err = bench.ReadPacked(c, spec.Size)
+				case sideTCPStamped:
+					r.d, r.err = bench.ReadStamped(c, spec.Size, s.rec)
+				case sideTCPEchoHO:
+					r.err = bench.EchoHandOff(c, spec.Size)
+				default:
+					r.err = bench.Echo(c, spec.Size)
+				}
+				s.done <- r
 			}()
 		}
-		ln.Close()
 	}()
 	return s, nil
 }
 
-func (s *fanInSide) addr() string { return s.ln.Addr().String() }
+func (s *tcpSide) addr() string { return s.ln.Addr().String() }
 
-func (s *fanInSide) abort() {
+func (s *tcpSide) abort() {
 	s.ln.Close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -245,7 +211,7 @@ func (s *fanInSide) abort() {
 
 // finish waits for every connection's end of stream and sums what their
 // readers found.
-func (s *fanInSide) finish(ctx context.Context) (bench.Delivery, *bench.Recorder, error) {
+func (s *tcpSide) finish(ctx context.Context) (bench.Delivery, *bench.Recorder, error) {
 	var sum bench.Delivery
 	var errs []error
 	for range s.count {
@@ -258,14 +224,14 @@ func (s *fanInSide) finish(ctx context.Context) (bench.Delivery, *bench.Recorder
 			errs = append(errs, r.err)
 		case <-ctx.Done():
 			s.abort()
-			return bench.Delivery{}, nil, fmt.Errorf("bench: the TCP side did not see the end of every stream: %w", ctx.Err())
+			return bench.Delivery{}, nil, fmt.Errorf("bench: the TCP side did not see the end of the stream: %w", ctx.Err())
 		}
 	}
 	return sum, s.rec, errors.Join(errs...)
 }
 
-// sinkSide is one node (node-sink) or several (node-sinks, one for each of
-// the sending node's peers), whose task (1, 0) checks every message's
+// sinkSide is spec.count() nodes (one for each of the sending node's
+// peers), whose task (1, 0) checks every message's
 // sequence number and records its latency, inline on the connection's
 // loop, as loadgen run --scenario transport does. Node i checks channel i
 // of chk; its messages come from one sender.
@@ -276,17 +242,10 @@ type sinkSide struct {
 	last  atomic.Int64 // the latest delivery of any of the nodes
 }
 
-// maxSinks bounds a node-sinks side: each node is a listener and a loop's
-// connection in the hosting process.
-const maxSinks = 256
-
 func startSinkSide(spec sideSpec) (*sinkSide, error) {
-	count := 1
-	if spec.Kind == sideNodeSinks {
-		if spec.Count < 1 || spec.Count > maxSinks {
-			return nil, fmt.Errorf("bench: %d receiving nodes asked for, want 1 to %d", spec.Count, maxSinks)
-		}
-		count = spec.Count
+	count, err := spec.count()
+	if err != nil {
+		return nil, err
 	}
 	s := &sinkSide{chk: &checker{chans: make([]chanCheck, count)}, rec: bench.NewRecorder()}
 	for i := range count {
