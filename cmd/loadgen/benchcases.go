@@ -333,83 +333,80 @@ func (b *bencher) tcpFixedPeers(ctx context.Context) error {
 	return b.add(run)
 }
 
-// connectNode starts a node of backend be and opens a channel from
-// pingTask to echoTask at addr.
-func (b *bencher) connectNode(ctx context.Context, be, addr string) (*transport.Node, *transport.Sender, error) {
-	n, senders, err := b.connectPeers(ctx, be, []string{addr})
-	if err != nil {
-		return nil, nil, err
-	}
-	return n, senders[0], nil
-}
-
 // transportMax sends at full speed on one channel: runs as the transport
 // scenario's producers send them (runs true), or one Send per message.
 func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error {
-	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideNodeSink, Backend: be, Size: b.cfg.size})
-	if err != nil {
-		return err
+	c := sinkCase{id: "max-runs/" + be, what: "throughput, runs of up to 64 (the transport scenario's producers)", be: be, sinks: 1,
+		send: func(ctx context.Context, cfg load.Config, senders []*transport.Sender) (bench.Result, error) {
+			sent, err := load.MaxRate(ctx, cfg, senders)
+			return bench.Result{Sent: sent}, err
+		}}
+	if !runs {
+		c.id, c.what = "max-send/"+be, "throughput, one Send per message"
+		c.send = func(ctx context.Context, cfg load.Config, senders []*transport.Sender) (bench.Result, error) {
+			sent, err := load.Each(ctx, cfg, senders[0])
+			return bench.Result{Sent: sent}, err
+		}
 	}
-	tx, s, err := b.connectNode(ctx, be, addr)
-	if err != nil {
-		_, _ = b.host.finish(ctx)
-		return err
-	}
-	defer tx.Abort()
-	cfg := transportConfig{size: b.cfg.size, duration: b.cfg.duration, channels: 1, connections: 1, delivery: "auto"}
-	id, what := "max-runs/"+be, "throughput, runs of up to 64 (the transport scenario's producers)"
-	cpu := startCPU(pid)
-	start := bench.Now()
-	var sent int64
-	if runs {
-		sent, err = load.MaxRate(ctx, cfg.loadConfig(), []*transport.Sender{s})
-	} else {
-		id, what = "max-send/"+be, "throughput, one Send per message"
-		sent, err = load.Each(ctx, cfg.loadConfig(), s)
-	}
-	if err == nil {
-		err = s.Flush(ctx)
-	}
-	r, ferr := b.host.finish(ctx)
-	if err = errors.Join(err, ferr); err != nil {
-		return fmt.Errorf("%s: %w", id, err)
-	}
-	return b.addThroughput(deliveryRun(bench.Run{ID: id, Case: what, Subject: be + " backend", PID: pid}, sent, r.Delivery, start), cpu)
+	return b.runSinkCase(ctx, c)
+}
+
+// transportFixed sends at the fixed rate on one channel, as 'loadgen run
+// --scenario transport --rate R' does.
+func (b *bencher) transportFixed(ctx context.Context, be string) error {
+	return b.runSinkCase(ctx, sinkCase{id: "fixed/" + be, what: "fixed rate", be: be, sinks: 1, fixed: true, send: load.FixedRate})
 }
 
 // transportPeers sends from one node to b.cfg.peers peers, one channel to
 // each: at full speed in runs as the transport scenario's producers send
 // them, or (fixed) at the fixed rate, message i to peer i mod peers. It is
 // the node of a process with tens of peers, which is what the default
-// backend is chosen for. The peers are nodes of the receiving host (its
-// process in the two-process topology), each a node-sink.
+// backend is chosen for.
 func (b *bencher) transportPeers(ctx context.Context, be string, fixed bool) error {
-	id := "peers/" + be
+	n := b.cfg.peers
 	if fixed {
-		id = "peers/fixed/" + be
+		return b.runSinkCase(ctx, sinkCase{id: "peers/fixed/" + be, be: be, sinks: n, fixed: true, reached: true, send: load.FixedRate,
+			what: fmt.Sprintf("fixed rate to %d peers, a channel each, message i to peer i mod %d", n, n)})
 	}
-	addrs, pid, err := b.host.start(ctx, sideSpec{Kind: sideNodeSink, Backend: be, Size: b.cfg.size, Count: b.cfg.peers})
+	return b.runSinkCase(ctx, sinkCase{id: "peers/" + be, be: be, sinks: n, reached: true,
+		what: fmt.Sprintf("throughput to %d peers, a channel each, runs of up to 64", n),
+		send: func(ctx context.Context, cfg load.Config, senders []*transport.Sender) (bench.Result, error) {
+			sent, err := load.MaxRate(ctx, cfg, senders)
+			return bench.Result{Sent: sent}, err
+		}})
+}
+
+// sinkCase is a case of a node of backend be sending, with send, to sinks
+// nodes of the receiving host (node-sink), a channel to each (its process
+// in the two-process topology). A fixed case keeps a schedule and reports
+// latency; the others go at full speed and report throughput and CPU.
+// reached records how many of the sinks the messages went to: all of them,
+// or the case measured something else.
+type sinkCase struct {
+	id, what, be   string
+	sinks          int
+	fixed, reached bool
+	send           func(context.Context, load.Config, []*transport.Sender) (bench.Result, error)
+}
+
+func (b *bencher) runSinkCase(ctx context.Context, c sinkCase) error {
+	addrs, pid, err := b.host.start(ctx, sideSpec{Kind: sideNodeSink, Backend: c.be, Size: b.cfg.size, Count: c.sinks})
 	if err != nil {
-		return fmt.Errorf("%s: %w", id, err)
+		return fmt.Errorf("%s: %w", c.id, err)
 	}
-	tx, senders, err := b.connectPeers(ctx, be, strings.Split(addrs, ","))
+	tx, senders, err := b.connectPeers(ctx, c.be, strings.Split(addrs, ","))
 	if err != nil {
 		_, _ = b.host.finish(ctx)
-		return fmt.Errorf("%s: %w", id, err)
+		return fmt.Errorf("%s: %w", c.id, err)
 	}
 	defer tx.Abort()
 	cfg := transportConfig{size: b.cfg.size, duration: b.cfg.duration, channels: len(senders), connections: 1, delivery: "auto"}
-	what := fmt.Sprintf("throughput to %d peers, a channel each, runs of up to 64", len(senders))
+	if c.fixed {
+		cfg.rate = b.cfg.rate
+	}
 	cpu := startCPU(pid)
 	start := bench.Now()
-	var res bench.Result
-	if fixed {
-		cfg.rate = b.cfg.rate
-		what = fmt.Sprintf("fixed rate to %d peers, a channel each, message i to peer i mod %d", len(senders), len(senders))
-		res, err = load.FixedRate(ctx, cfg.loadConfig(), senders)
-	} else {
-		res.Sent, err = load.MaxRate(ctx, cfg.loadConfig(), senders)
-	}
+	res, err := c.send(ctx, cfg.loadConfig(), senders)
 	for _, s := range senders {
 		if err != nil {
 			break
@@ -418,19 +415,19 @@ func (b *bencher) transportPeers(ctx context.Context, be string, fixed bool) err
 	}
 	r, ferr := b.host.finish(ctx)
 	if err = errors.Join(err, ferr); err != nil {
-		return fmt.Errorf("%s: %w", id, err)
+		return fmt.Errorf("%s: %w", c.id, err)
 	}
-	run := deliveryRun(bench.Run{ID: id, Case: what, Subject: be + " backend", PID: pid}, res.Sent, r.Delivery, start)
-	// How many of the peers the messages went to: all of them, or the
-	// case measured something else.
-	reached := 0
-	for _, p := range tx.Stats().Peers {
-		if p.Traffic.MessagesOut > 0 {
-			reached++
+	run := deliveryRun(bench.Run{ID: c.id, Case: c.what, Subject: c.be + " backend", PID: pid}, res.Sent, r.Delivery, start)
+	if c.reached {
+		reached := 0
+		for _, p := range tx.Stats().Peers {
+			if p.Traffic.MessagesOut > 0 {
+				reached++
+			}
 		}
+		run.Figures["peers_reached"] = float64(reached)
 	}
-	run.Figures["peers_reached"] = float64(reached)
-	if !fixed {
+	if !c.fixed {
 		return b.addThroughput(run, cpu)
 	}
 	run.Figures["max_lag_us"] = float64(res.MaxLagNS) / 1e3
@@ -441,8 +438,7 @@ func (b *bencher) transportPeers(ctx context.Context, be string, fixed bool) err
 }
 
 // connectPeers starts a node of backend be and opens a channel from task
-// (0, i) to echoTask on the node at addrs[i], for each i (task (0, 0) is
-// pingTask).
+// (0, i) to echoTask on the node at addrs[i], for each i.
 func (b *bencher) connectPeers(ctx context.Context, be string, addrs []string) (*transport.Node, []*transport.Sender, error) {
 	opts, err := backendOptions(be)
 	if err != nil {
@@ -469,38 +465,6 @@ func (b *bencher) connectPeers(ctx context.Context, be string, addrs []string) (
 		}
 	}
 	return n, senders, nil
-}
-
-// transportFixed sends at the fixed rate on one channel, as 'loadgen run
-// --scenario transport --rate R' does.
-func (b *bencher) transportFixed(ctx context.Context, be string) error {
-	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideNodeSink, Backend: be, Size: b.cfg.size})
-	if err != nil {
-		return err
-	}
-	tx, s, err := b.connectNode(ctx, be, addr)
-	if err != nil {
-		_, _ = b.host.finish(ctx)
-		return err
-	}
-	defer tx.Abort()
-	cfg := transportConfig{size: b.cfg.size, duration: b.cfg.duration, rate: b.cfg.rate, channels: 1, connections: 1, delivery: "auto"}
-	start := bench.Now()
-	res, err := load.FixedRate(ctx, cfg.loadConfig(), []*transport.Sender{s})
-	if err == nil {
-		err = s.Flush(ctx)
-	}
-	r, ferr := b.host.finish(ctx)
-	id := "fixed/" + be
-	if err = errors.Join(err, ferr); err != nil {
-		return fmt.Errorf("%s: %w", id, err)
-	}
-	run := deliveryRun(bench.Run{ID: id, Case: "fixed rate", Subject: be + " backend", PID: pid}, res.Sent, r.Delivery, start)
-	run.Figures["max_lag_us"] = float64(res.MaxLagNS) / 1e3
-	if err := latencyFigures(run.Figures, r.Latency); err != nil {
-		return err
-	}
-	return b.add(run)
 }
 
 // tcpFixed: the same driver at the same rate writing each message to plain
