@@ -275,23 +275,33 @@ func (b *bencher) measureCeiling(ctx context.Context, when string) (bench.Run, e
 	return b.print(r), nil
 }
 
-// tcpFixedPeers is plain TCP's fixed-rate baseline to many peers: the
-// same driver at the same rate writing message i, with one write, to
-// connection i mod b.cfg.peers of as many to the receiving host, each
-// connection numbering its messages from 0.
+// tcpFixed: the same driver at the same rate writing each message to plain
+// TCP with one write.
+func (b *bencher) tcpFixed(ctx context.Context) error {
+	return b.tcpFixedTo(ctx, "fixed/tcp", "fixed rate", 1)
+}
+
+// tcpFixedPeers is plain TCP's fixed-rate baseline to many peers.
 func (b *bencher) tcpFixedPeers(ctx context.Context) error {
-	const id = "peers/fixed/tcp"
-	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideTCPStamped, Size: b.cfg.size, Count: b.cfg.peers})
+	n := b.cfg.peers
+	return b.tcpFixedTo(ctx, "peers/fixed/tcp", fmt.Sprintf("fixed rate to %d connections, message i to connection i mod %d", n, n), n)
+}
+
+// tcpFixedTo runs the fixed-rate driver writing message i, with one write,
+// to connection i mod n of n to the receiving host, each connection
+// numbering its messages from 0.
+func (b *bencher) tcpFixedTo(ctx context.Context, id, what string, n int) error {
+	addr, pid, err := b.host.start(ctx, sideSpec{Kind: sideTCPStamped, Size: b.cfg.size, Count: n})
 	if err != nil {
 		return fmt.Errorf("%s: %w", id, err)
 	}
-	conns := make([]*net.TCPConn, 0, b.cfg.peers)
+	conns := make([]*net.TCPConn, 0, n)
 	defer func() {
 		for _, c := range conns {
 			c.Close()
 		}
 	}()
-	for range b.cfg.peers {
+	for range n {
 		c, err := dialTCP(ctx, addr)
 		if err != nil {
 			_, _ = b.host.finish(ctx)
@@ -306,12 +316,11 @@ func (b *bencher) tcpFixedPeers(ctx context.Context) error {
 	})
 	defer stop()
 	msg := load.Payload(b.cfg.size)
-	n := int64(len(conns))
 	start := bench.Now()
 	res, err := bench.FixedRate{Rate: b.cfg.rate, Duration: b.cfg.duration, Clock: load.Clock}.Run(ctx,
 		func(_ context.Context, i, intended int64) error {
-			bench.Stamp(msg, intended, uint64(i/n))
-			_, err := conns[i%n].Write(msg)
+			bench.Stamp(msg, intended, uint64(i/int64(n)))
+			_, err := conns[i%int64(n)].Write(msg)
 			return err
 		})
 	for _, c := range conns {
@@ -324,8 +333,7 @@ func (b *bencher) tcpFixedPeers(ctx context.Context) error {
 	if err = errors.Join(err, ferr); err != nil {
 		return fmt.Errorf("%s: %w", id, err)
 	}
-	run := deliveryRun(bench.Run{ID: id, Case: fmt.Sprintf("fixed rate to %d connections, message i to connection i mod %d", n, n),
-		Subject: "plain TCP", PID: pid}, res.Sent, r.Delivery, start)
+	run := deliveryRun(bench.Run{ID: id, Case: what, Subject: "plain TCP", PID: pid}, res.Sent, r.Delivery, start)
 	run.Figures["max_lag_us"] = float64(res.MaxLagNS) / 1e3
 	if err := latencyFigures(run.Figures, r.Latency); err != nil {
 		return err
@@ -465,37 +473,6 @@ func (b *bencher) connectPeers(ctx context.Context, be string, addrs []string) (
 		}
 	}
 	return n, senders, nil
-}
-
-// tcpFixed: the same driver at the same rate writing each message to plain
-// TCP with one write.
-func (b *bencher) tcpFixed(ctx context.Context) error {
-	conn, pid, closeConn, err := b.tcpSide(ctx, sideTCPStamped)
-	if err != nil {
-		return err
-	}
-	defer closeConn()
-	msg := load.Payload(b.cfg.size)
-	start := bench.Now()
-	res, err := bench.FixedRate{Rate: b.cfg.rate, Duration: b.cfg.duration, Clock: load.Clock}.Run(ctx,
-		func(_ context.Context, i, intended int64) error {
-			bench.Stamp(msg, intended, uint64(i))
-			_, err := conn.Write(msg)
-			return err
-		})
-	if err == nil {
-		err = conn.CloseWrite()
-	}
-	r, ferr := b.host.finish(ctx)
-	if err = errors.Join(err, ferr); err != nil {
-		return fmt.Errorf("fixed/tcp: %w", err)
-	}
-	run := deliveryRun(bench.Run{ID: "fixed/tcp", Case: "fixed rate", Subject: "plain TCP", PID: pid}, res.Sent, r.Delivery, start)
-	run.Figures["max_lag_us"] = float64(res.MaxLagNS) / 1e3
-	if err := latencyFigures(run.Figures, r.Latency); err != nil {
-		return err
-	}
-	return b.add(run)
 }
 
 // stallProbe is the longest the stall probe spins on each CPU: long
