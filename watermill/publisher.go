@@ -142,9 +142,10 @@ func (p *Publisher) Node() *transport.Node { return p.node }
 // subscription's address. A subscription whose channel failed for good
 // (its node refused this one, say) is dropped from the topic, once,
 // until the directory lists it again. A message that some subscriptions
-// took before sending it to another failed is not taken back. Publishing it again (the same UUID) as the
-// topic's next message, the caller's retry, sends it to the others only,
-// so that no subscription gets it twice.
+// took before sending it to another failed is not taken back. Publishing
+// it again (the same UUID) as the topic's next message, the caller's
+// retry, sends it to the others only, so that no subscription gets it
+// twice.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	r, err := p.route(topic)
 	if err != nil {
