@@ -131,6 +131,10 @@ type conn struct {
 	// payload bytes of ready channels, an estimate for the batch policy
 	pending   atomic.Int64
 	flushTask loopFunc
+	// load is how busy the gnet loop that runs the connection is; nil on
+	// the net backend. Set under mu by the loop's open callback, before
+	// the loop runs anything else of the connection.
+	load *loopLoad
 
 	// The writer. wmu is held while an outgoing batch is built and
 	// written: by the loop, or by a sender writing directly (see
@@ -168,7 +172,7 @@ type connCounters struct {
 func newConn(n *Node, p *Peer, slot int) *conn {
 	c := &conn{node: n, peer: p, slot: slot, fd: -1, done: make(chan struct{})}
 	c.stream = n.connSeq.Add(1)
-	c.flushTask = c.flush
+	c.flushTask = c.loopFlush
 	c.in.table = taskid.NewTable(n.o.maxChannels)
 	c.out.policy = batch.New(n.o.batch)
 	if n.o.compress {

@@ -67,7 +67,7 @@ func acquireLoops(n int) (*loopGroup, error) {
 		g.refs++
 		return g, nil
 	}
-	cli, err := gnet.NewClient(&loopHandler{},
+	cli, err := gnet.NewClient(&loopHandler{loads: new(loopLoads)},
 		gnet.WithMulticore(n > 1),
 		gnet.WithNumEventLoop(n),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
@@ -112,14 +112,18 @@ func (g *loopGroup) enroll(nc net.Conn, c *conn) error {
 
 // loopHandler receives gnet's events for every connection of a group. Each
 // connection's context is its *conn, set when it was enrolled.
-type loopHandler struct{ gnet.BuiltinEventEngine }
+type loopHandler struct {
+	gnet.BuiltinEventEngine
+	loads *loopLoads // how busy each of the group's loops is
+}
 
-func (*loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
+func (h *loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	c, ok := gc.Context().(*conn)
 	if !ok {
 		return nil, gnet.Close
 	}
 	c.enrolled = true
+	c.setLoad(h.loads.of(gc.EventLoop()))
 	if c.state.Load() == stClosed { // its node shut down while it was enrolled
 		return nil, gnet.Close
 	}
@@ -133,10 +137,12 @@ func (*loopHandler) OnTraffic(gc gnet.Conn) gnet.Action {
 	if !ok {
 		return gnet.Close
 	}
+	start := loadNow()
 	a := gnet.None
 	if !c.onTraffic() {
 		a = gnet.Close
 	}
+	c.load.done(start, loadNow())
 	// A goroutine this callback woke (a sender given credit, an inbox given
 	// a run, a task's waiter) waits in this P's run queue; gnet's loop next
 	// polls without blocking and then blocks in epoll_wait, keeping the P.

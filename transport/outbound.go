@@ -69,8 +69,11 @@ func (c *conn) sendCtrl(appendFrame func([]byte) []byte) {
 // flushDirect, or else wake the loop with wake; or neither, when the loop
 // is already scheduled or the connection is stream-driven. mayDirect is
 // false on the loop, which flushes anyway, and for a streaming channel.
-// A direct write needs the connection, and every connection of the node,
-// to have been without a direct write for directGap (or a write's cost).
+// A direct write needs the connection to have been without a write for
+// directGap (or a write's cost), and every connection of the node to have
+// been without a direct write as long, unless the connection's loop is
+// busy (loopLoad.busy): then what it is asked to write waits behind its
+// other work, a sender's own write does not.
 func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake bool) {
 	c.pending.Add(int64(bytes))
 	c.mu.Lock()
@@ -91,7 +94,7 @@ func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake boo
 		return false, false
 	}
 	if now, gap := c.node.now(), max(directGap, c.writeCost.Load()); mayDirect && c.fd >= 0 && !c.linkBuffered.Load() &&
-		c.state.Load() == stOpen && now-c.lastWrite.Load() >= gap && now-c.node.lastDirect.Load() >= gap {
+		c.state.Load() == stOpen && now-c.lastWrite.Load() >= gap && (now-c.node.lastDirect.Load() >= gap || c.load.busy(loadNow())) {
 		// Claimed: nobody schedules the loop while the caller writes.
 		c.mu.scheduled = true
 		return true, false
@@ -187,6 +190,26 @@ func (c *conn) flush() {
 	c.wmu.Lock()
 	c.flushLocked(false)
 	c.wmu.Unlock()
+}
+
+// loopFlush is the flush a sender asks of the loop (wake): it counts in
+// the loop's load.
+func (c *conn) loopFlush() {
+	if c.load == nil {
+		c.flush()
+		return
+	}
+	start := loadNow()
+	c.flush()
+	c.load.done(start, loadNow())
+}
+
+// setLoad tells the connection how busy its loop is. The loop's open
+// callback calls it.
+func (c *conn) setLoad(l *loopLoad) {
+	c.mu.Lock()
+	c.load = l
+	c.mu.Unlock()
 }
 
 // flushLocked writes batches while the policy says so: on the loop, or,

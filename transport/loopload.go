@@ -1,0 +1,91 @@
+// How busy a gnet event loop is: the share of its time spent in the
+// callbacks it runs for the connections (reading and dispatching what
+// arrived, flushing what senders queued), averaged over loadWindow. A
+// sender reads it to decide whether to write a batch itself
+// (conn.enqueue): a loop that is busy anyway makes a batch wait behind
+// its other work, where a sender's own write would not.
+
+package transport
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+// loadWindow is how long a loop's load is averaged over, and how long a
+// load stays current without a callback to update it.
+const loadWindow = int64(time.Millisecond)
+
+// loadBusy is the share of its time in callbacks above which a loop counts
+// as busy. It matches the direct write's gap, which keeps a sender's
+// direct writes to at most half its time: past half, the loop is the
+// busier of the two writers.
+const loadBusy = 0.5
+
+// loadEpoch starts the clock of every loop's load: a process's loops are
+// shared by its nodes, whose clocks (Node.now) each start with the node.
+var loadEpoch = time.Now()
+
+func loadNow() int64 { return int64(time.Since(loadEpoch)) }
+
+// loopLoad is the load of one event loop. The loop updates it after each
+// callback (done); senders read it (busy).
+type loopLoad struct {
+	// The loop's own: when its last callback ended, and the share of its
+	// time it spent in callbacks, a moving average over loadWindow.
+	lastEnd int64
+	share   float64
+
+	hot atomic.Bool  // share > loadBusy, as of at
+	at  atomic.Int64 // when hot was last set: the end of a callback
+}
+
+// done records a callback that ran from start to end (loadNow). Loop only.
+func (l *loopLoad) done(start, end int64) {
+	span := end - l.lastEnd // the callback and the wait before it
+	if l.lastEnd == 0 {
+		span = end - start
+	}
+	l.lastEnd = end
+	if span <= 0 {
+		return
+	}
+	// Each span weighs by its length: the average is over time, not over
+	// callbacks, so many short callbacks and one long one count alike.
+	w := min(1, float64(span)/float64(loadWindow))
+	l.share += w * (float64(end-start)/float64(span) - l.share)
+	l.hot.Store(l.share > loadBusy)
+	l.at.Store(end)
+}
+
+// busy reports whether the loop has spent more than loadBusy of its time
+// in callbacks lately, at now (loadNow). A loop that has run no callback
+// for loadWindow is idle, whatever it last published. Safe on a nil
+// *loopLoad (a connection on no gnet loop): false.
+func (l *loopLoad) busy(now int64) bool {
+	return l != nil && l.hot.Load() && now-l.at.Load() < loadWindow
+}
+
+// loopLoads maps a group's event loops to their loads.
+type loopLoads struct {
+	mu sync.Mutex
+	m  map[gnet.EventLoop]*loopLoad
+}
+
+// of returns the load of event loop el, made at its first connection.
+func (ls *loopLoads) of(el gnet.EventLoop) *loopLoad {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l := ls.m[el]
+	if l == nil {
+		if ls.m == nil {
+			ls.m = make(map[gnet.EventLoop]*loopLoad)
+		}
+		l = new(loopLoad)
+		ls.m[el] = l
+	}
+	return l
+}
