@@ -1,9 +1,9 @@
-// How busy a gnet event loop is: the share of its time spent in the
-// callbacks it runs for the connections (reading and dispatching what
-// arrived, flushing what senders queued), averaged over loadWindow. A
-// sender reads it to decide whether to write a batch itself
-// (conn.enqueue): a loop that is busy anyway makes a batch wait behind
-// its other work, where a sender's own write would not.
+// How busy a gnet event loop is with work other than a node's writes: the
+// share of its time spent in the callbacks it runs for the connections
+// (reading and dispatching what arrived, flushing what senders queued),
+// averaged over loadWindow, and whether it runs the connections of more
+// than one node. A sender reads it to decide whether to write a batch
+// itself (conn.enqueue).
 
 package transport
 
@@ -41,6 +41,23 @@ type loopLoad struct {
 
 	hot atomic.Bool  // share > loadBusy, as of at
 	at  atomic.Int64 // when hot was last set: the end of a callback
+
+	// nodes counts the loop's open connections by node (loop only);
+	// shared is set while they belong to more than one node.
+	nodes  map[*Node]int
+	shared atomic.Bool
+}
+
+// enroll counts a connection of node n opening (+1) or closing (-1) on
+// the loop. Loop only.
+func (l *loopLoad) enroll(n *Node, delta int) {
+	if l.nodes == nil {
+		l.nodes = make(map[*Node]int)
+	}
+	if l.nodes[n] += delta; l.nodes[n] <= 0 {
+		delete(l.nodes, n)
+	}
+	l.shared.Store(len(l.nodes) > 1)
 }
 
 // done records a callback that ran from start to end (loadNow). Loop only.
@@ -61,12 +78,13 @@ func (l *loopLoad) done(start, end int64) {
 	l.at.Store(end)
 }
 
-// busy reports whether the loop has spent more than loadBusy of its time
-// in callbacks lately, at now (loadNow). A loop that has run no callback
-// for loadWindow is idle, whatever it last published. Safe on a nil
-// *loopLoad (a connection on no gnet loop): false.
-func (l *loopLoad) busy(now int64) bool {
-	return l != nil && l.hot.Load() && now-l.at.Load() < loadWindow
+// busyShared reports whether the loop runs connections of more than one
+// node and has spent more than loadBusy of its time in callbacks lately,
+// at now (loadNow). A loop that has run no callback for loadWindow is
+// idle, whatever it last published. Safe on a nil *loopLoad (a
+// connection on no gnet loop): false.
+func (l *loopLoad) busyShared(now int64) bool {
+	return l != nil && l.shared.Load() && l.hot.Load() && now-l.at.Load() < loadWindow
 }
 
 // loopLoads maps a group's event loops to their loads.

@@ -20,12 +20,20 @@ func runLoop(l *loopLoad, busy, idle, d, end int64) int64 {
 	return t
 }
 
+// sharedLoad is the load of a loop that runs connections of two nodes.
+func sharedLoad() *loopLoad {
+	l := new(loopLoad)
+	l.enroll(new(Node), +1)
+	l.enroll(new(Node), +1)
+	return l
+}
+
 // A loop's load is the share of its time in callbacks, over time rather
 // than callbacks, and it is busy past half; one that has run nothing for
 // loadWindow is idle whatever it last published.
 func TestLoopLoadIsTheShareOfTimeInCallbacks(t *testing.T) {
 	var nilLoad *loopLoad
-	if nilLoad.busy(loadNow()) {
+	if nilLoad.busyShared(loadNow()) {
 		t.Fatal("a connection on no loop reads as on a busy loop")
 	}
 	cases := []struct {
@@ -40,9 +48,9 @@ func TestLoopLoadIsTheShareOfTimeInCallbacks(t *testing.T) {
 		{"few long callbacks, 30%", 300_000, 700_000, false, 0.3},
 	}
 	for _, tc := range cases {
-		l := new(loopLoad)
+		l := sharedLoad()
 		end := runLoop(l, tc.busy, tc.idle, 20*loadWindow, 0)
-		if got := l.busy(end); got != tc.want {
+		if got := l.busyShared(end); got != tc.want {
 			t.Errorf("%s: busy %v (share %.3f), want %v", tc.name, got, l.share, tc.want)
 		}
 		if d := l.share - tc.share; d < -0.1 || d > 0.1 {
@@ -52,28 +60,51 @@ func TestLoopLoadIsTheShareOfTimeInCallbacks(t *testing.T) {
 
 	// A busy loop that then waits longer than loadWindow without a
 	// callback reads idle.
-	l := new(loopLoad)
+	l := sharedLoad()
 	end := runLoop(l, 9000, 1000, 20*loadWindow, 0)
-	if !l.busy(end) || l.busy(end+2*loadWindow) {
+	if !l.busyShared(end) || l.busyShared(end+2*loadWindow) {
 		t.Error("a loop in callbacks 90% of the time reads idle, or busy after no callback for two load windows")
 	}
 	// A loop that was idle and turns busy reads busy within a few windows.
-	l = new(loopLoad)
+	l = sharedLoad()
 	end = runLoop(l, 1000, 99_000, 20*loadWindow, 0)
-	if l.busy(end) {
+	if l.busyShared(end) {
 		t.Fatal("a loop in callbacks 1% of the time reads busy")
 	}
 	end = runLoop(l, 9000, 1000, 3*loadWindow, end+3*loadWindow)
-	if !l.busy(end) {
+	if !l.busyShared(end) {
 		t.Errorf("a loop in callbacks 90%% of the time for three load windows reads idle (share %.3f)", l.share)
+	}
+}
+
+// A loop counts as shared while it runs open connections of more than one
+// node, and only a shared loop counts as busy.
+func TestALoopIsSharedWhileItRunsTwoNodesConnections(t *testing.T) {
+	a, b := new(Node), new(Node)
+	l := new(loopLoad)
+	end := runLoop(l, 9000, 1000, 20*loadWindow, 0)
+	steps := []struct {
+		n     *Node
+		delta int
+		want  bool
+	}{
+		{a, +1, false}, {a, +1, false}, {b, +1, true}, {a, -1, true},
+		{a, -1, false}, {b, -1, false}, {b, +1, false}, {a, +1, true},
+	}
+	for i, s := range steps {
+		l.enroll(s.n, s.delta)
+		if got := l.busyShared(end); got != s.want {
+			t.Fatalf("step %d: a loop 90%% busy with %v reads busy and shared %v, want %v", i, l.nodes, got, s.want)
+		}
 	}
 }
 
 // The node-wide gap after a direct write (see
 // TestADirectWriteHoldsOffTheNodesOtherConnections) does not hold a
-// sender off a connection whose loop is busy: what the loop is asked to
-// write would wait behind its other work (in one process, the loop that
-// also reads for the process's receiving nodes). With the loop idle the
+// sender off a connection whose loop is busy and shared with other nodes:
+// what the loop is asked to write would wait behind their work (in one
+// process, the loop that also reads for the process's receiving nodes).
+// With the loop idle, or busy with the node's own connections alone, the
 // gap holds.
 func TestABusyLoopWaivesTheNodeWideGap(t *testing.T) {
 	n := testNode(t)
@@ -93,6 +124,7 @@ func TestABusyLoopWaivesTheNodeWideGap(t *testing.T) {
 	c.lastWrite.Store(n.now() - int64(10*time.Second))
 	c.writeCost.Store(int64(100 * time.Millisecond))
 	l := new(loopLoad)
+	l.enroll(n, +1)
 	c.setLoad(l)
 
 	try := func() bool {
@@ -111,10 +143,14 @@ func TestABusyLoopWaivesTheNodeWideGap(t *testing.T) {
 	// 90% busy, the last callback ending a second from now: the loop reads
 	// busy however slowly this test runs.
 	runLoop(l, 9000, 1000, 20*loadWindow, loadNow()+int64(time.Second))
-	if !l.busy(loadNow()) {
+	if try() {
+		t.Fatal("right after a direct write to another connection, a sender wrote directly though its loop is busy with its own node's connections alone")
+	}
+	l.enroll(new(Node), +1)
+	if !l.busyShared(loadNow()) {
 		t.Fatalf("the loop reads idle at share %.3f", l.share)
 	}
 	if !try() {
-		t.Error("the node-wide gap held a sender off a connection whose loop is busy")
+		t.Error("the node-wide gap held a sender off a connection whose loop is busy with another node's")
 	}
 }

@@ -124,6 +124,7 @@ func (h *loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	}
 	c.enrolled = true
 	c.setLoad(h.loads.of(gc.EventLoop()))
+	c.load.enroll(c.node, +1)
 	if c.state.Load() == stClosed { // its node shut down while it was enrolled
 		return nil, gnet.Close
 	}
@@ -162,6 +163,9 @@ func (*loopHandler) OnClose(gc gnet.Conn, err error) gnet.Action {
 		err = errors.New("closed by peer")
 	}
 	c.close(err)
+	if c.enrolled {
+		c.load.enroll(c.node, -1)
+	}
 	c.node.links.Done()
 	return gnet.None
 }

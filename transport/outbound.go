@@ -72,8 +72,8 @@ func (c *conn) sendCtrl(appendFrame func([]byte) []byte) {
 // A direct write needs the connection to have been without a write for
 // directGap (or a write's cost), and every connection of the node to have
 // been without a direct write as long, unless the connection's loop is
-// busy (loopLoad.busy): then what it is asked to write waits behind its
-// other work, a sender's own write does not.
+// busy and shared with other nodes (loopLoad.busyShared): then what it is
+// asked to write waits behind their work, a sender's own write does not.
 func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake bool) {
 	c.pending.Add(int64(bytes))
 	c.mu.Lock()
@@ -94,7 +94,7 @@ func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake boo
 		return false, false
 	}
 	if now, gap := c.node.now(), max(directGap, c.writeCost.Load()); mayDirect && c.fd >= 0 && !c.linkBuffered.Load() &&
-		c.state.Load() == stOpen && now-c.lastWrite.Load() >= gap && (now-c.node.lastDirect.Load() >= gap || c.load.busy(loadNow())) {
+		c.state.Load() == stOpen && now-c.lastWrite.Load() >= gap && (now-c.node.lastDirect.Load() >= gap || c.load.busyShared(loadNow())) {
 		// Claimed: nobody schedules the loop while the caller writes.
 		c.mu.scheduled = true
 		return true, false
