@@ -52,6 +52,24 @@ func socketConn(t *testing.T) (*conn, *recLink, [2]int) {
 	return c, lk, [2]int{fds[0], fds[1]}
 }
 
+// openDirectConn returns an open conn of node n that takes direct writes,
+// to one end of a socket pair, and whose link records the loop's writes;
+// the sockets and the conn close at the end of the test.
+func openDirectConn(t *testing.T, n *Node) *conn {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
+	c := newConn(n, nil, 0)
+	c.lk = &recLink{}
+	c.setDirectFD(fds[0])
+	c.state.Store(stOpen)
+	t.Cleanup(func() { c.close(context.Canceled) })
+	return c
+}
+
 // A direct write the kernel takes only in part leaves the rest in carry,
 // schedules the loop, and the loop writes the rest before anything newer:
 // the byte stream is exactly what was written, in order.
@@ -280,21 +298,7 @@ func TestWhatTheLoopSchedulesWhileReadingGoesOutWithoutAWakeUp(t *testing.T) {
 // for each message. Past the gap a sender writes directly again.
 func TestADirectWriteHoldsOffTheNodesOtherConnections(t *testing.T) {
 	n := testNode(t)
-	var conns [2]*conn
-	for i := range conns {
-		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
-		c := newConn(n, nil, 0)
-		c.lk = &recLink{}
-		c.setDirectFD(fds[0])
-		c.state.Store(stOpen)
-		t.Cleanup(func() { c.close(context.Canceled) })
-		conns[i] = c
-	}
-	a, b := conns[0], conns[1]
+	a, b := openDirectConn(t, n), openDirectConn(t, n)
 	// b has not been written for ten seconds and takes 100 ms a write: by
 	// its own gap alone it is idle.
 	const cost = int64(100 * time.Millisecond)

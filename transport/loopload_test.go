@@ -1,11 +1,8 @@
 package transport
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // runLoop feeds l callbacks of busy ns, each after a wait of idle ns, for
@@ -108,16 +105,7 @@ func TestALoopIsSharedWhileItRunsTwoNodesConnections(t *testing.T) {
 // gap holds.
 func TestABusyLoopWaivesTheNodeWideGap(t *testing.T) {
 	n := testNode(t)
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
-	c := newConn(n, nil, 0)
-	c.lk = &recLink{}
-	c.setDirectFD(fds[0])
-	c.state.Store(stOpen)
-	t.Cleanup(func() { c.close(context.Canceled) })
+	c := openDirectConn(t, n)
 	// Not written for ten seconds, at 100 ms a write: idle by its own gap,
 	// and within the node's gap for 100 ms after another connection's
 	// direct write.
