@@ -1,9 +1,9 @@
-// How busy a gnet event loop is with work other than a node's writes: the
-// share of its time spent in the callbacks it runs for the connections
-// (reading and dispatching what arrived, flushing what senders queued),
-// averaged over loadWindow, and whether it runs the connections of more
-// than one node. A sender reads it to decide whether to write a batch
-// itself (conn.enqueue).
+// How busy a gnet event loop is, and with whose work: the share of its
+// time spent in the callbacks it runs for the connections (reading and
+// dispatching what arrived, flushing what senders queued), averaged over
+// loadWindow, and whether it runs the connections of more than one node. A
+// sender reads it to decide whether to write a batch itself
+// (conn.enqueue).
 
 package transport
 
@@ -32,7 +32,7 @@ var loadEpoch = time.Now()
 func loadNow() int64 { return int64(time.Since(loadEpoch)) }
 
 // loopLoad is the load of one event loop. The loop updates it after each
-// callback (done); senders read it (busy).
+// callback (done); senders read it (busyShared).
 type loopLoad struct {
 	// The loop's own: when its last callback ended, and the share of its
 	// time it spent in callbacks, a moving average over loadWindow.

@@ -103,7 +103,7 @@ func TestALoopIsSharedWhileItRunsTwoNodesConnections(t *testing.T) {
 // process, the loop that also reads for the process's receiving nodes).
 // With the loop idle, or busy with the node's own connections alone, the
 // gap holds.
-func TestABusyLoopWaivesTheNodeWideGap(t *testing.T) {
+func TestABusySharedLoopWaivesTheNodeWideGap(t *testing.T) {
 	n := testNode(t)
 	c := openDirectConn(t, n)
 	// Not written for ten seconds, at 100 ms a write: idle by its own gap,
