@@ -47,7 +47,7 @@ func (c *conn) writeLast(b []byte) {
 // the connection's loop is busy and shared with other nodes
 // (loopLoad.busyShared): in one process, where the loop that writes for
 // the sender also reads for the 20 receiving nodes, the writes the gap
-// left to it waited behind that work (p99 4.3-9.3 ms, against 1.2-1.9 ms
+// left to it waited behind that work (p99 4.3-9.3 ms, against 1.5-1.9 ms
 // with the node's part waived).
 const directGap = int64(5 * time.Microsecond)
 
