@@ -283,6 +283,11 @@ func TestNodeCollectorExportsWhatTheNodeCounted(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, v, c.want)
 		}
 	}
+	// The loops' load is exported, a share (transport's tests check its
+	// value against a loop of known load).
+	if v := value(t, m, "sluice_event_loop_busy_ratio"); v < 0 || v > 1 {
+		t.Errorf("sluice_event_loop_busy_ratio = %v, want a share in [0, 1]", v)
+	}
 	// The receiver's sample of the received total counts at least every
 	// message once (a dropped batch never arrives; re-sent ones do).
 	var in float64

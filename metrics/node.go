@@ -91,6 +91,11 @@ func collectNode(s *Set, st transport.Stats, chans []transport.ChannelStats, o N
 	}
 	s.Gauge("sluice_connections", "Open connections, by who dialed.", float64(dialed), "dir", "dialed")
 	s.Gauge("sluice_connections", "Open connections, by who dialed.", float64(accepted), "dir", "accepted")
+	var busy float64
+	for _, c := range st.Conns {
+		busy = max(busy, c.LoopBusy)
+	}
+	s.Gauge("sluice_event_loop_busy_ratio", "The share of the last millisecond that the busiest gnet event loop running this node's connections spent in callbacks, for all the connections it runs (a process's nodes share their loops): near 1, what the loop is asked to do waits for it. 0 on the net backend.", busy)
 	for _, c := range st.Conns {
 		if c.Dialed || c.Clock == nil {
 			continue // a dialed connection's clock is its peer's

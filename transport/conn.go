@@ -132,9 +132,9 @@ type conn struct {
 	pending   atomic.Int64
 	flushTask loopFunc
 	// load is how busy the gnet loop that runs the connection is; nil on
-	// the net backend. Set under mu by the loop's open callback, before
-	// the loop runs anything else of the connection.
-	load *loopLoad
+	// the net backend. Set by the loop's open callback, before the loop
+	// runs anything else of the connection.
+	load atomic.Pointer[loopLoad]
 
 	// The writer. wmu is held while an outgoing batch is built and
 	// written: by the loop, or by a sender writing directly (see

@@ -8,6 +8,7 @@
 package transport
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,8 +40,12 @@ type loopLoad struct {
 	lastEnd int64
 	share   float64
 
-	hot atomic.Bool  // share > loadBusy, as of at
-	at  atomic.Int64 // when hot was last set: the end of a callback
+	// Published for senders and Stats: share (math.Float64bits) as of at,
+	// the end of the callback that set it, and when the callback the loop
+	// is in now began (0: in none).
+	pub atomic.Uint64
+	at  atomic.Int64
+	in  atomic.Int64
 
 	// nodes counts the loop's open connections by node (loop only);
 	// shared is set while they belong to more than one node.
@@ -60,8 +65,17 @@ func (l *loopLoad) enroll(n *Node, delta int) {
 	l.shared.Store(len(l.nodes) > 1)
 }
 
+// begin records that the loop starts a callback at start (loadNow), which
+// it passes to done at the callback's end. Loop only.
+func (l *loopLoad) begin() (start int64) {
+	start = loadNow()
+	l.in.Store(start)
+	return start
+}
+
 // done records a callback that ran from start to end (loadNow). Loop only.
 func (l *loopLoad) done(start, end int64) {
+	l.in.Store(0)
 	span := end - l.lastEnd // the callback and the wait before it
 	if l.lastEnd == 0 {
 		span = end - start
@@ -74,17 +88,33 @@ func (l *loopLoad) done(start, end int64) {
 	// callbacks, so many short callbacks and one long one count alike.
 	w := min(1, float64(span)/float64(loadWindow))
 	l.share += w * (float64(end-start)/float64(span) - l.share)
-	l.hot.Store(l.share > loadBusy)
+	l.pub.Store(math.Float64bits(l.share))
 	l.at.Store(end)
 }
 
+// current returns the share of its time the loop spent in callbacks over
+// the last loadWindow, at now (loadNow): 1 while it has been in one
+// callback for that long, 0 once it has run none for that long (its last
+// share is stale), else the share it published after its last callback.
+// 0 on a nil *loopLoad (a connection on no gnet loop).
+func (l *loopLoad) current(now int64) float64 {
+	if l == nil {
+		return 0
+	}
+	if in := l.in.Load(); in != 0 && now-in >= loadWindow {
+		return 1
+	}
+	if now-l.at.Load() >= loadWindow {
+		return 0
+	}
+	return math.Float64frombits(l.pub.Load())
+}
+
 // busyShared reports whether the loop runs connections of more than one
-// node and has spent more than loadBusy of its time in callbacks lately,
-// at now (loadNow). A loop that has run no callback for loadWindow is
-// idle, whatever it last published. Safe on a nil *loopLoad (a
-// connection on no gnet loop): false.
+// node and has spent more than loadBusy of its time in callbacks lately
+// (current), at now (loadNow). Safe on a nil *loopLoad: false.
 func (l *loopLoad) busyShared(now int64) bool {
-	return l != nil && l.shared.Load() && l.hot.Load() && now-l.at.Load() < loadWindow
+	return l != nil && l.shared.Load() && l.current(now) > loadBusy
 }
 
 // loopLoads maps a group's event loops to their loads.

@@ -113,7 +113,7 @@ func TestABusySharedLoopWaivesTheNodeWideGap(t *testing.T) {
 	c.writeCost.Store(int64(100 * time.Millisecond))
 	l := new(loopLoad)
 	l.enroll(n, +1)
-	c.setLoad(l)
+	c.load.Store(l)
 
 	try := func() bool {
 		t.Helper()
@@ -140,5 +140,41 @@ func TestABusySharedLoopWaivesTheNodeWideGap(t *testing.T) {
 	}
 	if !try() {
 		t.Error("the node-wide gap held a sender off a connection whose loop is busy with another node's")
+	}
+}
+
+// A connection's stats carry its loop's load (ConnStats.LoopBusy): the
+// share a loop of known load published, 1 for a loop stuck in one
+// callback for a load window, 0 for one idle that long and for a
+// connection on no gnet loop.
+func TestAConnectionsStatsCarryItsLoopsLoad(t *testing.T) {
+	n := testNode(t)
+	c := openDirectConn(t, n)
+	if got := c.snapshot().LoopBusy; got != 0 {
+		t.Fatalf("a connection on no loop reads a loop %v busy", got)
+	}
+	l := new(loopLoad)
+	c.load.Store(l)
+	// 70% busy, the last callback ending a second from now: current
+	// however slowly this test runs.
+	runLoop(l, 7000, 3000, 20*loadWindow, loadNow()+int64(time.Second))
+	if got := c.snapshot().LoopBusy; got < 0.65 || got > 0.75 {
+		t.Errorf("a loop 70%% busy reads %v", got)
+	}
+	// A loop in one callback for two load windows: busy the whole time.
+	l = new(loopLoad)
+	c.load.Store(l)
+	l.in.Store(loadNow() - 2*loadWindow)
+	if got := c.snapshot().LoopBusy; got != 1 {
+		t.Errorf("a loop in one callback for two load windows reads %v busy, want 1", got)
+	}
+	l.done(l.in.Load(), loadNow())
+	if got := c.snapshot().LoopBusy; got < 0.9 {
+		t.Errorf("right after a callback of two load windows the loop reads %v busy", got)
+	}
+	// and then idle for two windows.
+	l.at.Store(loadNow() - 2*loadWindow)
+	if got := c.snapshot().LoopBusy; got != 0 {
+		t.Errorf("a loop idle for two load windows reads %v busy, want 0", got)
 	}
 }

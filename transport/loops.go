@@ -123,8 +123,9 @@ func (h *loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		return nil, gnet.Close
 	}
 	c.enrolled = true
-	c.setLoad(h.loads.of(gc.EventLoop()))
-	c.load.enroll(c.node, +1)
+	l := h.loads.of(gc.EventLoop())
+	l.enroll(c.node, +1)
+	c.load.Store(l)
 	if c.state.Load() == stClosed { // its node shut down while it was enrolled
 		return nil, gnet.Close
 	}
@@ -138,12 +139,13 @@ func (*loopHandler) OnTraffic(gc gnet.Conn) gnet.Action {
 	if !ok {
 		return gnet.Close
 	}
-	start := loadNow()
+	l := c.load.Load()
+	start := l.begin()
 	a := gnet.None
 	if !c.onTraffic() {
 		a = gnet.Close
 	}
-	c.load.done(start, loadNow())
+	l.done(start, loadNow())
 	// A goroutine this callback woke (a sender given credit, an inbox given
 	// a run, a task's waiter) waits in this P's run queue; gnet's loop next
 	// polls without blocking and then blocks in epoll_wait, keeping the P.
@@ -163,8 +165,8 @@ func (*loopHandler) OnClose(gc gnet.Conn, err error) gnet.Action {
 		err = errors.New("closed by peer")
 	}
 	c.close(err)
-	if c.enrolled {
-		c.load.enroll(c.node, -1)
+	if l := c.load.Load(); l != nil {
+		l.enroll(c.node, -1)
 	}
 	c.node.links.Done()
 	return gnet.None

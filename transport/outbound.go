@@ -94,7 +94,7 @@ func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake boo
 		return false, false
 	}
 	if now, gap := c.node.now(), max(directGap, c.writeCost.Load()); mayDirect && c.fd >= 0 && !c.linkBuffered.Load() &&
-		c.state.Load() == stOpen && now-c.lastWrite.Load() >= gap && (now-c.node.lastDirect.Load() >= gap || c.load.busyShared(loadNow())) {
+		c.state.Load() == stOpen && now-c.lastWrite.Load() >= gap && (now-c.node.lastDirect.Load() >= gap || c.load.Load().busyShared(loadNow())) {
 		// Claimed: nobody schedules the loop while the caller writes.
 		c.mu.scheduled = true
 		return true, false
@@ -195,21 +195,14 @@ func (c *conn) flush() {
 // loopFlush is the flush a sender asks of the loop (wake): it counts in
 // the loop's load.
 func (c *conn) loopFlush() {
-	if c.load == nil {
+	l := c.load.Load()
+	if l == nil {
 		c.flush()
 		return
 	}
-	start := loadNow()
+	start := l.begin()
 	c.flush()
-	c.load.done(start, loadNow())
-}
-
-// setLoad tells the connection how busy its loop is. The loop's open
-// callback calls it.
-func (c *conn) setLoad(l *loopLoad) {
-	c.mu.Lock()
-	c.load = l
-	c.mu.Unlock()
+	l.done(start, loadNow())
 }
 
 // flushLocked writes batches while the policy says so: on the loop, or,

@@ -75,9 +75,15 @@ type ConnStats struct {
 	// them the kernel took only in part, the rest going out from the loop.
 	DirectWrites uint64 `json:"direct_writes"`
 	Carried      uint64 `json:"carried"`
-	MessagesIn   uint64 `json:"messages_in"`
-	BytesIn      uint64 `json:"payload_bytes_in"`
-	WireIn       uint64 `json:"wire_bytes_in"`
+	// LoopBusy is the share of the last millisecond that the gnet event
+	// loop running the connection spent in its callbacks, for all the
+	// connections it runs (the process's nodes share their loops): near 1,
+	// what the loop is asked to do waits for it. 0 on the net backend and
+	// in sums.
+	LoopBusy   float64 `json:"loop_busy,omitempty"`
+	MessagesIn uint64  `json:"messages_in"`
+	BytesIn    uint64  `json:"payload_bytes_in"`
+	WireIn     uint64  `json:"wire_bytes_in"`
 	// Flushes counts batches by why they were cut: idle, full, linger,
 	// write-done, explicit.
 	Flushes    map[string]uint64 `json:"flushes"`
@@ -119,6 +125,7 @@ func (c *conn) snapshot() ConnStats {
 		Batches:      c.stats.batches.Load(),
 		DirectWrites: c.stats.direct.Load(),
 		Carried:      c.stats.carried.Load(),
+		LoopBusy:     c.load.Load().current(loadNow()),
 		MessagesIn:   c.stats.msgsIn.Load(),
 		BytesIn:      c.stats.bytesIn.Load(),
 		WireIn:       c.stats.wireIn.Load(),
