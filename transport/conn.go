@@ -56,9 +56,6 @@ type conn struct {
 	lk     link
 	faults *faultLink // lk, when the node injects faults; nil otherwise
 	remote string
-	// enrolled says a gnet loop took the connection (its open callback
-	// ran). Set on the loop before the enrolling goroutine reads it.
-	enrolled bool
 	// addrKey is the remote host this accepted connection counts against
 	// in the per-address limit; empty if it does not count.
 	addrKey string
@@ -132,8 +129,9 @@ type conn struct {
 	pending   atomic.Int64
 	flushTask loopFunc
 	// load is how busy the gnet loop that runs the connection is; nil on
-	// the net backend. Set by the loop's open callback, before the loop
-	// runs anything else of the connection.
+	// the net backend, and until a gnet loop took the connection: its open
+	// callback sets it, before the loop runs anything else of the
+	// connection and before the enrolling goroutine looks (Node.run).
 	load atomic.Pointer[loopLoad]
 
 	// The writer. wmu is held while an outgoing batch is built and

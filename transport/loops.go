@@ -122,7 +122,6 @@ func (h *loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	if !ok {
 		return nil, gnet.Close
 	}
-	c.enrolled = true
 	l := h.loads.of(gc.EventLoop())
 	l.enroll(c.node, +1)
 	c.load.Store(l)

@@ -189,7 +189,7 @@ func (n *Node) run(nc net.Conn, c *conn) error {
 		return nil
 	}
 	err := n.loops.enroll(nc, c) // links counts c since track
-	if err == nil && !c.enrolled {
+	if err == nil && c.load.Load() == nil {
 		err = errors.New("transport: the event loop did not take the connection")
 	}
 	if err != nil {

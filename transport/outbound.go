@@ -69,11 +69,6 @@ func (c *conn) sendCtrl(appendFrame func([]byte) []byte) {
 // flushDirect, or else wake the loop with wake; or neither, when the loop
 // is already scheduled or the connection is stream-driven. mayDirect is
 // false on the loop, which flushes anyway, and for a streaming channel.
-// A direct write needs the connection to have been without a write for
-// directGap (or a write's cost), and every connection of the node to have
-// been without a direct write as long, unless the connection's loop is
-// busy and shared with other nodes (loopLoad.busyShared): then what it is
-// asked to write waits behind their work, a sender's own write does not.
 func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake bool) {
 	c.pending.Add(int64(bytes))
 	c.mu.Lock()
@@ -93,13 +88,25 @@ func (c *conn) enqueue(ch *channel, bytes int, mayDirect bool) (direct, wake boo
 		// that caught up during its sender's wait acknowledged them all.
 		return false, false
 	}
-	if now, gap := c.node.now(), max(directGap, c.writeCost.Load()); mayDirect && c.fd >= 0 && !c.linkBuffered.Load() &&
-		c.state.Load() == stOpen && now-c.lastWrite.Load() >= gap && (now-c.node.lastDirect.Load() >= gap || c.load.Load().busyShared(loadNow())) {
+	if mayDirect && c.fd >= 0 && !c.linkBuffered.Load() && c.state.Load() == stOpen && c.idleForDirect() {
 		// Claimed: nobody schedules the loop while the caller writes.
 		c.mu.scheduled = true
 		return true, false
 	}
 	return false, c.scheduleLocked()
+}
+
+// idleForDirect reports whether the connection has been without a write
+// for directGap (or a write's cost), and every connection of the node
+// without a direct write as long, unless the connection's loop is busy and
+// shared with other nodes (loopLoad.busyShared): then what it is asked to
+// write waits behind their work, a sender's own write does not.
+func (c *conn) idleForDirect() bool {
+	now, gap := c.node.now(), max(directGap, c.writeCost.Load())
+	if now-c.lastWrite.Load() < gap {
+		return false
+	}
+	return now-c.node.lastDirect.Load() >= gap || c.load.Load().busyShared(loadNow())
 }
 
 // scheduleLocked marks the loop as scheduled to flush. It reports whether
