@@ -41,8 +41,8 @@ type loopLoad struct {
 	share   float64
 
 	// Published for senders and Stats: share (math.Float64bits) as of at,
-	// the end of the callback that set it, and when the callback the loop
-	// is in now began (0: in none).
+	// the end of the callback that set it, and when the latest callback
+	// began (the loop is in it while in > at).
 	pub atomic.Uint64
 	at  atomic.Int64
 	in  atomic.Int64
@@ -75,21 +75,20 @@ func (l *loopLoad) begin() (start int64) {
 
 // done records a callback that ran from start to end (loadNow). Loop only.
 func (l *loopLoad) done(start, end int64) {
-	l.in.Store(0)
 	span := end - l.lastEnd // the callback and the wait before it
 	if l.lastEnd == 0 {
 		span = end - start
 	}
 	l.lastEnd = end
-	if span <= 0 {
-		return
+	if span > 0 {
+		// Each span weighs by its length: the average is over time, not
+		// over callbacks, so many short callbacks and one long one count
+		// alike.
+		w := min(1, float64(span)/float64(loadWindow))
+		l.share += w * (float64(end-start)/float64(span) - l.share)
+		l.pub.Store(math.Float64bits(l.share))
 	}
-	// Each span weighs by its length: the average is over time, not over
-	// callbacks, so many short callbacks and one long one count alike.
-	w := min(1, float64(span)/float64(loadWindow))
-	l.share += w * (float64(end-start)/float64(span) - l.share)
-	l.pub.Store(math.Float64bits(l.share))
-	l.at.Store(end)
+	l.at.Store(end) // the callback is over
 }
 
 // current returns the share of its time the loop spent in callbacks over
@@ -101,7 +100,7 @@ func (l *loopLoad) current(now int64) float64 {
 	if l == nil {
 		return 0
 	}
-	if in := l.in.Load(); in != 0 && now-in >= loadWindow {
+	if in := l.in.Load(); in > l.at.Load() && now-in >= loadWindow {
 		return 1
 	}
 	if now-l.at.Load() >= loadWindow {
