@@ -64,7 +64,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"a message; goals not met do not change the exit status.", stderr)
 	var c benchConfig
 	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (15 per topology with the default groups, 30 in all, and 5 more a topology with peers; the CPU stall probe at most 3s)")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (15 in one process and 16 across two with the default groups, 31 in all, and 5 more a topology with peers; the CPU stall probe at most 3s)")
 	cases := fs.String("cases", strings.Join(defaultBenchGroups, ","), "which groups of cases to measure, each with its own baselines: "+strings.Join(benchGroups, ", ")+
 		"\n(peers: one node sending to --peers peers, a channel each, with each backend; the default backend is chosen for a\nnode per process with tens of peers)")
 	fs.IntVar(&c.peers, "peers", 20, fmt.Sprintf("how many peers the peers group's node sends to, 1 to %d", maxCount))
@@ -181,8 +181,19 @@ func benchOnce(ctx context.Context, c benchConfig, topos []string, cases, out st
 	}
 	if c.topologies != "one" {
 		sc.Notes = append(sc.Notes, "two processes: this binary re-executed as 'loadgen benchpeer' (os.Executable) hosts the receiving node, TCP reader or echo; it is driven over a pipe of JSON lines")
+		if c.groups["throughput"] {
+			sc.Notes = append(sc.Notes, "two processes: the runs case is measured once more with the sending process at GOMAXPROCS=1 (runtime.GOMAXPROCS, for that case only), a diagnostic with no goal: the same producer, node and loop, but the producer and the sending node's event loop hand credit and the CPU to each other on one thread instead of waking each other's threads; it is not a setting to use (with one P a loop waiting in epoll_wait holds it, and fixed-rate latency reads milliseconds)")
+		}
 	}
-	fmt.Fprintf(stderr, "loadgen bench: %s; %d cases of %v each\n", sc.Machine, len((&bencher{cfg: c}).steps())*len(topos), c.duration)
+	steps := 0
+	for _, t := range topos {
+		prefix := prefixOne
+		if t == topoTwo {
+			prefix = prefixTwo
+		}
+		steps += len((&bencher{cfg: c, prefix: prefix}).steps())
+	}
+	fmt.Fprintf(stderr, "loadgen bench: %s; %d cases of %v each\n", sc.Machine, steps, c.duration)
 	start := time.Now()
 	for _, topo := range topos {
 		if err := benchTopology(ctx, c, topo, sc, stderr); err != nil {
@@ -239,6 +250,9 @@ func (b *bencher) steps() []benchStep {
 		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendDefault, true) }},
 		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendNet, true) }},
 	}
+	if b.prefix == prefixTwo {
+		all = slices.Insert(all, 5, benchStep{"throughput", b.transportMaxOneP})
+	}
 	var out []benchStep
 	for _, s := range all {
 		if b.cfg.groups[s.group] {
@@ -248,18 +262,24 @@ func (b *bencher) steps() []benchStep {
 	return out
 }
 
+// The prefixes of the run IDs of each topology.
+const (
+	prefixOne = "1p/"
+	prefixTwo = "2p/"
+)
+
 // benchTopology measures the selected cases of one topology and adds their
 // runs and rows to sc.
 func benchTopology(ctx context.Context, c benchConfig, topo string, sc *bench.Scorecard, stderr io.Writer) error {
 	var h host = &localHost{}
 	var ch *childHost
-	prefix := "1p/"
+	prefix := prefixOne
 	if topo == topoTwo {
 		var err error
 		if ch, err = startChildHost(stderr); err != nil {
 			return err
 		}
-		h, prefix = ch, "2p/"
+		h, prefix = ch, prefixTwo
 		var stop context.CancelFunc
 		ctx, stop = ch.watch(ctx)
 		defer stop()
@@ -322,6 +342,9 @@ func benchRows(prefix string, rate float64, peers int) []benchRow {
 		{"throughput", "throughput: one Send per message, default backend", ref("max-send/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
 		{"throughput", "throughput: runs (as loadgen run --scenario transport), net backend", ref("max-runs/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
 		{"throughput", "throughput: one Send per message, net backend", ref("max-send/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
+	}
+	if prefix == prefixTwo {
+		rows = append(rows, benchRow{"throughput", "throughput: runs, default backend, the sending process at GOMAXPROCS=1 (a diagnostic: the Go scheduler's share of the gap)", ref(oneP, "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil})
 	}
 	// CPU per message, both ends together: where process CPU time can be
 	// read (Linux), each throughput case's beside the ceiling's.

@@ -116,7 +116,7 @@ var checked = []string{"tcp-ceiling", "tcp-ceiling/slower", "max-runs/default", 
 // test checks.
 func TestBenchReportsEveryFigure(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 30 cases of 100 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 31 cases of 100 ms")
 	}
 	out := t.TempDir()
 	sc, text, cmd := runBench(t, buildLoadgen(t), "--duration", "100ms", "--out", out)
@@ -249,8 +249,35 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 			}
 		}
 	}
-	if len(sc.Rows) != 2*len(issue14) {
-		t.Errorf("%d rows, want %d", len(sc.Rows), 2*len(issue14))
+	// Across two processes, and there only, the runs case again with the
+	// sending process at one P: a diagnostic beside the same ceiling, with
+	// no goal, that did run at one P, exactly once, in another process.
+	if _, ok := runs["1p/"+oneP]; ok {
+		t.Errorf("one process measured %s, in which the receiving node would share the sender's one P", oneP)
+	}
+	diag := 0
+	for _, r := range sc.Rows {
+		if r.Figure.Run != "2p/"+oneP {
+			continue
+		}
+		diag++
+		v, bv := figure("2p/"+oneP, "msgs_per_s"), figure("2p/tcp-ceiling", "msgs_per_s")
+		if r.Figure.Metric != "msgs_per_s" || r.Baseline == nil || r.Baseline.Run != "2p/tcp-ceiling" || r.Goal != nil ||
+			r.Value != v || r.BaselineValue != bv || r.Ratio != v/bv {
+			t.Errorf("the diagnostic row %+v: want %v msgs/s against the ceiling's %v, no goal", r, v, bv)
+		}
+	}
+	if diag != 1 {
+		t.Errorf("%d rows of the sending process at one P, want 1", diag)
+	}
+	if p := figure("2p/"+oneP, "sender_gomaxprocs"); p != 1 {
+		t.Errorf("the run at one P ran at GOMAXPROCS=%v", p)
+	}
+	if r := runs["2p/"+oneP]; r.ExactlyOnce == nil || !*r.ExactlyOnce || r.Sent == 0 {
+		t.Errorf("2p/%s: %d sent, exactly once %v", oneP, r.Sent, r.ExactlyOnce)
+	}
+	if len(sc.Rows) != 2*len(issue14)+1 {
+		t.Errorf("%d rows, want %d", len(sc.Rows), 2*len(issue14)+1)
 	}
 	for _, topo := range []string{"1p/", "2p/"} {
 		if !probesStalls {
@@ -413,7 +440,7 @@ func TestBenchPeerAnswersBadRequests(t *testing.T) {
 // would fall well below it.
 func TestBenchCountsCPU(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 12 cases of 400 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 13 cases of 400 ms")
 	}
 	if !readsCPU {
 		t.Skip("process CPU time is read from Linux's /proc")
@@ -430,8 +457,9 @@ func TestBenchCountsCPU(t *testing.T) {
 		counted += time.Duration(v * float64(r.Delivery.Delivered))
 	}
 	// Each topology's cases that have a CPU row, and the ceiling's
-	// slower measurement, which has none.
-	if want := 2 * (len(cpuCases) + 1); n != want {
+	// slower measurement, which has none; across two processes, also the
+	// runs case at one P, which has none either.
+	if want := 2*(len(cpuCases)+1) + 1; n != want {
 		t.Fatalf("%d runs report their CPU, want %d", n, want)
 	}
 	used := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()

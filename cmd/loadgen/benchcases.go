@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -344,6 +345,40 @@ func (b *bencher) tcpFixedTo(ctx context.Context, id, what string, n int) error 
 // transportMax sends at full speed on one channel: runs as the transport
 // scenario's producers send them (runs true), or one Send per message.
 func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error {
+	return b.runSinkCase(ctx, maxCase(be, runs))
+}
+
+// transportMaxOneP is the default backend's runs case with the sending
+// process held to one P (runtime.GOMAXPROCS(1)) while it runs; a step of
+// the two-process topology only (in one process, the receiving node would
+// share that P). It is a
+// diagnostic, not a setting to use: with one P, a gnet loop waiting in
+// epoll_wait holds the only P, and a fixed-rate driver's timers wait for
+// the runtime to take it back (a p99 of milliseconds). Beside the same
+// ceiling it says how much of the runs case's gap is the Go scheduler's:
+// with two Ps the producer and the sending node's loop hand credit and the
+// CPU to each other through thread wake-ups, each a context switch, which
+// one P turns into a goroutine switch on one thread.
+func (b *bencher) transportMaxOneP(ctx context.Context) error {
+	c := maxCase(backendDefault, true)
+	c.id, c.what = oneP, c.what+", the sending process at GOMAXPROCS=1"
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	send := c.send
+	var procs int
+	c.send = func(ctx context.Context, cfg load.Config, senders []*transport.Sender) (bench.Result, error) {
+		procs = runtime.GOMAXPROCS(0)
+		return send(ctx, cfg, senders)
+	}
+	c.figures = func(f map[string]float64) { f["sender_gomaxprocs"] = float64(procs) }
+	return b.runSinkCase(ctx, c)
+}
+
+// oneP is the ID of transportMaxOneP's run.
+const oneP = "max-runs/default/gomaxprocs1"
+
+// maxCase is transportMax's case.
+func maxCase(be string, runs bool) sinkCase {
 	c := sinkCase{id: "max-runs/" + be, what: "throughput, runs of up to 64 (the transport scenario's producers)", be: be, sinks: 1,
 		send: func(ctx context.Context, cfg load.Config, senders []*transport.Sender) (bench.Result, error) {
 			sent, err := load.MaxRate(ctx, cfg, senders)
@@ -356,7 +391,7 @@ func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error 
 			return bench.Result{Sent: sent}, err
 		}
 	}
-	return b.runSinkCase(ctx, c)
+	return c
 }
 
 // transportFixed sends at the fixed rate on one channel, as 'loadgen run
@@ -395,6 +430,7 @@ type sinkCase struct {
 	sinks          int
 	fixed, reached bool
 	send           func(context.Context, load.Config, []*transport.Sender) (bench.Result, error)
+	figures        func(map[string]float64) // adds figures of its own, if not nil
 }
 
 func (b *bencher) runSinkCase(ctx context.Context, c sinkCase) error {
@@ -434,6 +470,9 @@ func (b *bencher) runSinkCase(ctx context.Context, c sinkCase) error {
 			}
 		}
 		run.Figures["peers_reached"] = float64(reached)
+	}
+	if c.figures != nil {
+		c.figures(run.Figures)
 	}
 	if !c.fixed {
 		return b.addThroughput(run, cpu)
