@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -194,10 +195,29 @@ func (p *PackedWriter) Sent() int64 { return p.sent }
 // and checks every message's length and sequence number. It fails with
 // [ErrBadMessage] on a wrong length or a stream that ends mid-message.
 func ReadPacked(r io.Reader, size int) (Delivery, error) {
+	return readPacked(r, size, nil, 0)
+}
+
+// ReadPackedAcking is ReadPacked that also acknowledges what it read, for
+// a [FlowWriter]: each time another every messages have arrived it writes
+// to w, after the read that brought them, the count of messages received
+// so far (8 bytes, big-endian).
+func ReadPackedAcking(r io.Reader, w io.Writer, size, every int) (Delivery, error) {
+	if every < 1 {
+		return Delivery{}, fmt.Errorf("bench: acknowledging every %d messages", every)
+	}
+	return readPacked(r, size, w, every)
+}
+
+// readPacked is ReadPacked, acknowledging to ack every every messages if
+// ack is not nil.
+func readPacked(r io.Reader, size int, ack io.Writer, every int) (Delivery, error) {
 	var d Delivery
 	if err := checkSize(size); err != nil {
 		return d, err
 	}
+	var got, acked int64
+	var a [8]byte
 	buf := make([]byte, packedBuffer)
 	have := 0
 	for {
@@ -217,9 +237,17 @@ func ReadPacked(r io.Reader, size int) (Delivery, error) {
 			}
 			_, seq := Stamped(buf[used+4:])
 			d.Observe(seq)
+			got++
 			used += 4 + l
 		}
 		have = copy(buf, buf[used:have])
+		if ack != nil && got-acked >= int64(every) {
+			acked = got - got%int64(every)
+			binary.BigEndian.PutUint64(a[:], uint64(got))
+			if _, err := ack.Write(a[:]); err != nil {
+				return d, fmt.Errorf("bench: acknowledging: %w", err)
+			}
+		}
 		switch {
 		case rerr == io.EOF && have != 0:
 			return d, fmt.Errorf("%w: the stream ends %d bytes into a message", ErrBadMessage, have)
@@ -229,6 +257,118 @@ func ReadPacked(r io.Reader, size int) (Delivery, error) {
 			return d, rerr
 		}
 	}
+}
+
+// FlowWriter is a [PackedWriter] under the flow control of a sliding
+// window, the sending half of the throughput ceiling with acks: at most
+// window messages written and not yet acknowledged by the reader
+// ([ReadPackedAcking]). A goroutine of its own reads the acks and wakes the
+// writer when it waits, as a transport's event loop reads acks and wakes a
+// producer waiting for credit. It measures what flow control alone costs
+// a plain TCP writer. Once the acks stop (the stream ends or fails, or an
+// ack counts what was never written) every write fails with the reason.
+// Add and Flush are not safe for concurrent use.
+type FlowWriter struct {
+	pw      *PackedWriter
+	window  int64
+	mu      sync.Mutex
+	cond    sync.Cond
+	acked   int64 // messages the reader acknowledged
+	written int64 // messages handed to the writer
+	err     error // why the acks stopped
+	waits   int64
+}
+
+// NewFlowWriter returns a FlowWriter of size-byte messages to rw, allowed
+// window messages unacknowledged, whose acks it reads from rw until rw
+// fails or ends.
+func NewFlowWriter(rw io.ReadWriter, size, window int) (*FlowWriter, error) {
+	if window < 1 {
+		return nil, fmt.Errorf("bench: a window of %d messages", window)
+	}
+	pw, err := NewPackedWriter(rw, size)
+	if err != nil {
+		return nil, err
+	}
+	f := &FlowWriter{pw: pw, window: int64(window)}
+	f.cond.L = &f.mu
+	go f.readAcks(rw)
+	return f, nil
+}
+
+// readAcks takes the reader's acks: cumulative counts, never backwards and
+// never beyond what was written.
+func (f *FlowWriter) readAcks(r io.Reader) {
+	var a [8]byte
+	for {
+		_, err := io.ReadFull(r, a[:])
+		f.mu.Lock()
+		if err == nil {
+			v := int64(binary.BigEndian.Uint64(a[:]))
+			if v < f.acked || v > f.written {
+				err = fmt.Errorf("%w: an ack of %d messages after %d, with %d written", ErrBadMessage, v, f.acked, f.written)
+			} else {
+				f.acked = v
+			}
+		}
+		if err != nil && f.err == nil {
+			f.err = fmt.Errorf("bench: reading acks: %w", err)
+		}
+		stop := f.err != nil
+		f.cond.Broadcast()
+		f.mu.Unlock()
+		if stop {
+			return
+		}
+	}
+}
+
+// Add appends the next message as PackedWriter.Add does, first writing the
+// buffer if it is full, which waits until the window has room for it.
+func (f *FlowWriter) Add(intended int64) error {
+	if len(f.pw.buf)+4+len(f.pw.msg) > cap(f.pw.buf) {
+		if err := f.Flush(); err != nil {
+			return err
+		}
+	}
+	return f.pw.Add(intended)
+}
+
+// Flush writes what the buffer holds once the window has room for it (or,
+// for a buffer larger than the window, once everything before it is
+// acknowledged).
+func (f *FlowWriter) Flush() error {
+	f.mu.Lock()
+	for f.full() && f.err == nil {
+		f.waits++
+		f.cond.Wait()
+	}
+	err := f.err
+	if err == nil {
+		f.written = f.pw.sent
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return f.pw.Flush()
+}
+
+// full reports whether writing the buffer now would leave more than the
+// window unacknowledged while earlier messages still are. The caller holds
+// f.mu.
+func (f *FlowWriter) full() bool {
+	return f.pw.sent-f.acked > f.window && f.acked < f.written
+}
+
+// Sent returns how many messages were added.
+func (f *FlowWriter) Sent() int64 { return f.pw.Sent() }
+
+// Waits returns how many times a write waited for an ack.
+func (f *FlowWriter) Waits() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.waits
 }
 
 // ReadStamped is the receiving half of the fixed-rate baseline: it reads

@@ -7,6 +7,7 @@ import (
 	"io"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 // packed returns the stream a PackedWriter of size-byte messages writes for
@@ -289,4 +290,137 @@ func FuzzReadPacked(f *testing.F) {
 			t.Fatalf("%+v from %d bytes of %d-byte messages", d, len(stream), size)
 		}
 	})
+}
+
+// ackWatch reads a packed stream for ReadPackedAcking and checks, at every
+// read, that the writer never had more than window messages written beyond
+// the last ack ReadPackedAcking sent (the acks go through it too).
+type ackWatch struct {
+	r           io.Reader
+	w           io.Writer
+	size        int
+	window      int64
+	read, acked int64 // bytes read, the last ack written
+	worst       int64 // the most messages read beyond the last ack
+	acks        int
+	gate        func() // called before the first read
+}
+
+func (a *ackWatch) Read(p []byte) (int, error) {
+	if a.gate != nil {
+		a.gate()
+		a.gate = nil
+	}
+	n, err := a.r.Read(p)
+	a.read += int64(n)
+	a.worst = max(a.worst, a.read/int64(4+a.size)-a.acked)
+	return n, err
+}
+
+func (a *ackWatch) Write(p []byte) (int, error) {
+	if len(p) == 8 {
+		a.acked = int64(binary.BigEndian.Uint64(p))
+		a.acks++
+	}
+	return a.w.Write(p)
+}
+
+func TestFlowWriterKeepsToItsWindow(t *testing.T) {
+	const n, size, window, every = 20000, 100, 1500, 300 // a 64 KiB write is 630 messages
+	c, s, err := TCPPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	defer s.Close()
+	f, err := NewFlowWriter(c, size, window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reader starts once the writer has filled the window and waits
+	// for an ack: the socket's buffers hold the window's 156 KB.
+	watch := &ackWatch{r: s, w: s, size: size, window: window, gate: func() {
+		for deadline := time.Now().Add(10 * time.Second); f.Waits() == 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}}
+	type result struct {
+		d   Delivery
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		d, err := ReadPackedAcking(watch, watch, size, every)
+		done <- result{d, err}
+	}()
+	for range n {
+		if err := f.Add(7); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || !r.d.ExactlyOnce(n) || f.Sent() != n {
+		t.Fatalf("read %+v (%v) of %d sent", r.d, r.err, f.Sent())
+	}
+	// The flow control happened: the writer waited, the acks (one a read
+	// that completed another `every` messages, counting all so far) covered
+	// all but the last few, and no read found more than the window beyond
+	// the last ack.
+	if f.Waits() == 0 || watch.acks < n/packedBuffer*(4+size) || watch.acked <= n-every {
+		t.Errorf("the writer waited %d times for %d acks, the last for %d messages", f.Waits(), watch.acks, watch.acked)
+	}
+	if watch.worst > window {
+		t.Errorf("the reader saw %d messages beyond its last ack, window %d", watch.worst, window)
+	}
+}
+
+func TestFlowWriterRefusesBadAcks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ack  []byte
+		want error
+	}{
+		{"beyond what was written", binary.BigEndian.AppendUint64(nil, 1<<40), ErrBadMessage},
+		{"cut short", []byte{0, 0, 0}, io.ErrUnexpectedEOF},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s, err := TCPPair()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			defer s.Close()
+			f, err := NewFlowWriter(c, 100, 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go io.Copy(io.Discard, s)
+			if _, err := s.Write(tc.ack); err != nil {
+				t.Fatal(err)
+			}
+			_ = s.CloseWrite()
+			// Writes go on until the writer has seen the acks stop.
+			for i := 0; ; i++ {
+				err = f.Add(1)
+				if err != nil || i > 50_000_000 {
+					break
+				}
+			}
+			if !errors.Is(err, tc.want) {
+				t.Errorf("the writer's error: %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if _, err := ReadPackedAcking(bytes.NewReader(nil), io.Discard, 100, 0); err == nil {
+		t.Error("ReadPackedAcking acknowledged every 0 messages")
+	}
+	if _, err := NewFlowWriter(&bytes.Buffer{}, 100, 0); err == nil {
+		t.Error("NewFlowWriter took a window of 0 messages")
+	}
 }

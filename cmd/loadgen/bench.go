@@ -53,7 +53,8 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("bench", "Measures, in one run, the transport's throughput (one channel at full speed: runs as\n"+
 		"'loadgen run --scenario transport' sends them, and one Send per message), its latency at a fixed rate, and\n"+
 		"its ping-pong round trip, for the default and the net backend, each beside plain TCP measured in the same run\n"+
-		"(the 64 KiB ideal-batching ceiling, measured before and after the transport's cases, the faster counting;\n"+
+		"(the 64 KiB ideal-batching ceiling, measured before and after the transport's cases, the faster counting,\n"+
+		"and the same under the flow control of the transport's default window, acks read on a goroutine of their own;\n"+
 		"the same fixed-rate driver writing each message; a TCP echo, and one whose ends hand each message to another\n"+
 		"goroutine, as a node's delivery does; and, as the machine's floor, the driver alone\n"+
 		"and how long the CPUs stall under a thread spinning on each), in one process and across two (this binary\n"+
@@ -64,7 +65,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"a message; goals not met do not change the exit status.", stderr)
 	var c benchConfig
 	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (15 in one process and 16 across two with the default groups, 31 in all, and 5 more a topology with peers; the CPU stall probe at most 3s)")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (16 in one process and 17 across two with the default groups, 33 in all, and 5 more a topology with peers; the CPU stall probe at most 3s)")
 	cases := fs.String("cases", strings.Join(defaultBenchGroups, ","), "which groups of cases to measure, each with its own baselines: "+strings.Join(benchGroups, ", ")+
 		"\n(peers: one node sending to --peers peers, a channel each, with each backend; the default backend is chosen for a\nnode per process with tens of peers)")
 	fs.IntVar(&c.peers, "peers", 20, fmt.Sprintf("how many peers the peers group's node sends to, 1 to %d", maxCount))
@@ -175,7 +176,8 @@ func benchOnce(ctx context.Context, c benchConfig, topos []string, cases, out st
 		"the receiving transport tasks run inline (Node.HandleInline) in the throughput and fixed-rate cases, as loadgen run --scenario transport does by default; the ping-pong tasks run on their own goroutines (Node.Handle): the echo's handler sends each pong, the pinger's takes it and sends the next ping (plain TCP's pinger reads and writes on one goroutine); the hand-off rows are the harness before, whose handler handed each pong to a waiting goroutine that sent the next ping, as BenchmarkTransportPingPong does; plain TCP with hand-offs reads each message on one goroutine and hands it to another that answers it (the pinger's pong to the goroutine that sends the next ping, the echo's ping to the goroutine that writes it back): the hand-offs a node's delivery to its tasks makes, which plain TCP's one-goroutine pinger and echo do not",
 		fmt.Sprintf("the fixed-rate driver sleeps on a Go timer and then in the kernel (nanosleep) for the last 2 ms of each wait, never spinning, and sends what fell due in a burst (bench.FixedRate, load.Clock), for the transport and plain TCP alike; latency is from each message's intended send time; the driver alone, sending nothing, is how late this machine lets it hand messages over, a floor under every fixed-rate figure; plain TCP writes each message with a system call of its own, the best latency while the machine keeps up with %v writes a second, and the worst once it does not (its driver lag says which)", c.rate),
 		"CPU stalls: before the fixed-rate cases a thread pinned to each CPU spins for up to 3 s and counts every gap of 50 µs or more between its clock reads (bench.MeasureStalls): the guest's, when its kernel ran something else there, or the host's, when the thread was not switched out and the (virtual) CPU itself stopped; a p99.9 of 1 M messages at 100 k msgs/s is the 1000th latest, within reach of a few such stalls",
-		"goals are the default backend's (issue 14); the net backend's rows are for comparison")
+		"goals are the default backend's (issue 14); the net backend's rows are for comparison",
+		"plain TCP with flow control: the ceiling's writer and reader, but the writer keeps at most as many messages unacknowledged as a channel's default window holds and the reader acknowledges as often as that window asks for acks (bench.FlowWriter, bench.ReadPackedAcking), the acks read on a goroutine of the writer's own that wakes it when it waits, as a node's event loop wakes a producer waiting for credit: what a window and its acks cost any TCP sender on this machine, beside which the transport's runs are held too (no goal)")
 	if c.groups["peers"] {
 		sc.Notes = append(sc.Notes, fmt.Sprintf("peers: one node sends to %d nodes, a channel to each, at full speed (runs as the transport scenario's producers send them) and at the fixed rate (message i to node i mod %d); the %d receiving nodes all run in the receiving process (its loops shared, as any process's nodes share them), the sending node alone in its own in the two-process topology; issue 14 asks for the default backend to be the one that measures best for a node per process with tens of peers, so these rows set the default backend against the net backend in the same run", c.peers, c.peers, c.peers))
 	}
@@ -229,6 +231,7 @@ type benchStep struct {
 func (b *bencher) steps() []benchStep {
 	all := []benchStep{
 		{"throughput", b.tcpCeiling},
+		{"throughput", b.tcpFlow},
 		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, true) }},
 		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendNet, true) }},
 		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, false) }},
@@ -251,7 +254,7 @@ func (b *bencher) steps() []benchStep {
 		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendNet, true) }},
 	}
 	if b.prefix == prefixTwo {
-		all = slices.Insert(all, 5, benchStep{"throughput", b.transportMaxOneP})
+		all = slices.Insert(all, 6, benchStep{"throughput", b.transportMaxOneP})
 	}
 	var out []benchStep
 	for _, s := range all {
@@ -338,7 +341,9 @@ func benchRows(prefix string, rate float64, peers int) []benchRow {
 	rows := []benchRow{
 		{"throughput", "throughput: plain TCP, ideal 64 KiB batching (the ceiling: the faster of two runs)", ref("tcp-ceiling", "msgs_per_s"), nil, "", nil},
 		{"throughput", "throughput: plain TCP, ideal 64 KiB batching (the slower run)", ref("tcp-ceiling/slower", "msgs_per_s"), nil, "", nil},
+		{"throughput", "throughput: plain TCP, ideal 64 KiB batching, with the default window's flow control (acks read on a goroutine of their own)", ref("tcp-flow", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
 		{"throughput", "throughput: runs (as loadgen run --scenario transport), default backend", ref("max-runs/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
+		{"throughput", "throughput: runs, default backend, against plain TCP with the same flow control", ref("max-runs/default", "msgs_per_s"), refp("tcp-flow", "msgs_per_s"), "plain TCP with flow control", nil},
 		{"throughput", "throughput: one Send per message, default backend", ref("max-send/default", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, &goalThroughput},
 		{"throughput", "throughput: runs (as loadgen run --scenario transport), net backend", ref("max-runs/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
 		{"throughput", "throughput: one Send per message, net backend", ref("max-send/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},

@@ -28,7 +28,9 @@ import (
 var issue14 = append([]wantRow{
 	{"tcp-ceiling", "msgs_per_s", "", nil},
 	{"tcp-ceiling/slower", "msgs_per_s", "", nil},
+	{"tcp-flow", "msgs_per_s", "tcp-ceiling", nil},
 	{"max-runs/default", "msgs_per_s", "tcp-ceiling", &bench.Goal{On: "ratio", Op: ">=", Limit: 0.8}},
+	{"max-runs/default", "msgs_per_s", "tcp-flow", nil},
 	{"max-send/default", "msgs_per_s", "tcp-ceiling", &bench.Goal{On: "ratio", Op: ">=", Limit: 0.8}},
 	{"max-runs/net", "msgs_per_s", "tcp-ceiling", nil},
 	{"max-send/net", "msgs_per_s", "tcp-ceiling", nil},
@@ -103,7 +105,7 @@ func stallRows() []wantRow {
 }
 
 // checked are the runs whose delivery is checked message by message.
-var checked = []string{"tcp-ceiling", "tcp-ceiling/slower", "max-runs/default", "max-runs/net", "max-send/default", "max-send/net",
+var checked = []string{"tcp-ceiling", "tcp-ceiling/slower", "tcp-flow", "max-runs/default", "max-runs/net", "max-send/default", "max-send/net",
 	"fixed/tcp", "fixed/default", "fixed/net"}
 
 // TestBenchReportsEveryFigure runs loadgen bench, built as a binary so that
@@ -116,7 +118,7 @@ var checked = []string{"tcp-ceiling", "tcp-ceiling/slower", "max-runs/default", 
 // test checks.
 func TestBenchReportsEveryFigure(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 31 cases of 100 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 33 cases of 100 ms")
 	}
 	out := t.TempDir()
 	sc, text, cmd := runBench(t, buildLoadgen(t), "--duration", "100ms", "--out", out)
@@ -440,7 +442,7 @@ func TestBenchPeerAnswersBadRequests(t *testing.T) {
 // would fall well below it.
 func TestBenchCountsCPU(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 13 cases of 400 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 15 cases of 400 ms")
 	}
 	if !readsCPU {
 		t.Skip("process CPU time is read from Linux's /proc")
@@ -457,9 +459,10 @@ func TestBenchCountsCPU(t *testing.T) {
 		counted += time.Duration(v * float64(r.Delivery.Delivered))
 	}
 	// Each topology's cases that have a CPU row, and the ceiling's
-	// slower measurement, which has none; across two processes, also the
-	// runs case at one P, which has none either.
-	if want := 2*(len(cpuCases)+1) + 1; n != want {
+	// slower measurement and plain TCP with flow control, which have
+	// none; across two processes, also the runs case at one P, which has
+	// none either.
+	if want := 2*(len(cpuCases)+2) + 1; n != want {
 		t.Fatalf("%d runs report their CPU, want %d", n, want)
 	}
 	used := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
@@ -484,7 +487,7 @@ func TestBenchInOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := 15
+	runs := 16
 	if probesStalls {
 		runs++
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/cmd/loadgen/internal/load"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport"
+	"github.com/sluicehq/sluice/window"
 )
 
 // bencher runs the sending halves of loadgen bench's cases against the
@@ -185,7 +186,11 @@ func dialTCP(ctx context.Context, addr string) (*net.TCPConn, error) {
 // connection closes when ctx ends (unblocking a write or read in progress)
 // or when the caller calls closeConn.
 func (b *bencher) tcpSide(ctx context.Context, kind string) (conn *net.TCPConn, pid int, closeConn func(), err error) {
-	addr, pid, err := b.host.start(ctx, sideSpec{Kind: kind, Size: b.cfg.size})
+	spec := sideSpec{Kind: kind, Size: b.cfg.size}
+	if kind == sideTCPPackedAcks {
+		spec.Every = flowAckEvery(b.cfg.size)
+	}
+	addr, pid, err := b.host.start(ctx, spec)
 	if err != nil {
 		return nil, 0, nil, err
 	}
@@ -234,6 +239,55 @@ func (b *bencher) tcpCeilingAgain(ctx context.Context) error {
 	return errors.Join(b.sc.AddRun(fast), b.sc.AddRun(slow))
 }
 
+// tcpFlow measures plain TCP with ideal 64 KiB batching under the flow
+// control of the transport's default window ("tcp-flow"): at most as many
+// messages unacknowledged as a channel's window holds, the reader
+// acknowledging as often as the window asks (bench.FlowWriter), and the
+// acks read on a goroutine of their own that wakes the writer, as a node's
+// event loop wakes a producer. Set beside the ceiling it is what flow
+// control alone costs plain TCP on the machine; the transport's runs are
+// held against it too.
+func (b *bencher) tcpFlow(ctx context.Context) error {
+	conn, pid, closeConn, err := b.tcpSide(ctx, sideTCPPackedAcks)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	w, err := bench.NewFlowWriter(conn, b.cfg.size, flowWindow(b.cfg.size))
+	if err != nil {
+		return err
+	}
+	r, err := b.packedRun(ctx, conn, pid, w, fmt.Sprintf("throughput, ideal 64 KiB batching, at most %d messages unacknowledged, an ack every %d", flowWindow(b.cfg.size), flowAckEvery(b.cfg.size)))
+	if err != nil {
+		return fmt.Errorf("plain TCP with flow control: %w", err)
+	}
+	r.ID = "tcp-flow"
+	r.Figures["writer_waits"] = float64(w.Waits())
+	return b.add(r)
+}
+
+// flowWindow is how many size-byte messages tcpFlow's writer may have
+// unacknowledged: as many as the default window holds, in messages or in
+// bytes (each with its 4-byte length here), whichever is fewer.
+func flowWindow(size int) int {
+	c := window.DefaultConfig()
+	return max(1, min(c.MaxMessages, c.MaxBytes/(size+4)))
+}
+
+// flowAckEvery is how many size-byte messages tcpFlow's reader
+// acknowledges at a time: as many as the default window sends between two
+// ack requests.
+func flowAckEvery(size int) int {
+	return max(1, int(window.DefaultConfig().AckRequestShare*float64(flowWindow(size))))
+}
+
+// packedWriter is what measureCeiling and tcpFlow write with.
+type packedWriter interface {
+	Add(intended int64) error
+	Flush() error
+	Sent() int64
+}
+
 // measureCeiling runs plain TCP with ideal 64 KiB batching at full speed
 // and returns the run, printed but not yet added; when says when it ran.
 func (b *bencher) measureCeiling(ctx context.Context, when string) (bench.Run, error) {
@@ -246,6 +300,17 @@ func (b *bencher) measureCeiling(ctx context.Context, when string) (bench.Run, e
 	if err != nil {
 		return bench.Run{}, err
 	}
+	r, err := b.packedRun(ctx, conn, pid, w, "throughput, ideal 64 KiB batching, "+when)
+	if err != nil {
+		return bench.Run{}, fmt.Errorf("plain TCP ceiling: %w", err)
+	}
+	return b.print(r), nil
+}
+
+// packedRun writes with w to conn, whose reader is pid's, at full speed
+// for the configured duration, and returns the run of case what, its ID
+// not yet set.
+func (b *bencher) packedRun(ctx context.Context, conn *net.TCPConn, pid int, w packedWriter, what string) (bench.Run, error) {
 	cpu := startCPU(pid)
 	start := bench.Now()
 	end := start + int64(b.cfg.duration)
@@ -256,24 +321,24 @@ func (b *bencher) measureCeiling(ctx context.Context, when string) (bench.Run, e
 			break
 		}
 		if err := w.Add(start); err != nil {
-			return bench.Run{}, fmt.Errorf("plain TCP ceiling: %w", err)
+			return bench.Run{}, err
 		}
 	}
 	if err := w.Flush(); err != nil {
-		return bench.Run{}, fmt.Errorf("plain TCP ceiling: %w", err)
+		return bench.Run{}, err
 	}
 	if err := conn.CloseWrite(); err != nil {
 		return bench.Run{}, err
 	}
 	d, err := b.host.finish(ctx)
 	if err != nil {
-		return bench.Run{}, fmt.Errorf("plain TCP ceiling: %w", err)
+		return bench.Run{}, err
 	}
-	r := deliveryRun(bench.Run{Case: "throughput, ideal 64 KiB batching, " + when, Subject: "plain TCP", PID: pid}, w.Sent(), d.Delivery, start)
+	r := deliveryRun(bench.Run{Case: what, Subject: "plain TCP", PID: pid}, w.Sent(), d.Delivery, start)
 	if err := cpu.figures(r.Figures, r.Delivery.Delivered); err != nil {
 		return bench.Run{}, err
 	}
-	return b.print(r), nil
+	return r, nil
 }
 
 // tcpFixed: the same driver at the same rate writing each message to plain

@@ -33,12 +33,14 @@ import (
 
 // Side kinds.
 const (
-	sideTCPPacked  = "tcp-packed"  // bench.ReadPacked: the throughput ceiling's reader
-	sideTCPStamped = "tcp-stamped" // bench.ReadStamped: the fixed-rate baseline's reader
-	sideTCPEcho    = "tcp-echo"    // bench.Echo: the ping-pong baseline's echo
-	sideTCPEchoHO  = "tcp-echo-ho" // bench.EchoHandOff: the same with a hand-off between goroutines
-	sideNodeSink   = "node-sink"   // a node whose task (1, 0) checks and records what arrives, inline
-	sideNodeEcho   = "node-echo"   // a node whose task (1, 0) sends what arrives back to (0, 0) at ReplyTo
+	sideTCPPacked = "tcp-packed" // bench.ReadPacked: the throughput ceiling's reader
+	// bench.ReadPackedAcking: the reader of the ceiling under flow control
+	sideTCPPackedAcks = "tcp-packed-acks"
+	sideTCPStamped    = "tcp-stamped" // bench.ReadStamped: the fixed-rate baseline's reader
+	sideTCPEcho       = "tcp-echo"    // bench.Echo: the ping-pong baseline's echo
+	sideTCPEchoHO     = "tcp-echo-ho" // bench.EchoHandOff: the same with a hand-off between goroutines
+	sideNodeSink      = "node-sink"   // a node whose task (1, 0) checks and records what arrives, inline
+	sideNodeEcho      = "node-echo"   // a node whose task (1, 0) sends what arrives back to (0, 0) at ReplyTo
 )
 
 // Backends, as bench names them.
@@ -65,6 +67,9 @@ type sideSpec struct {
 	// a node-sink side starts (their addresses separated by commas); 0
 	// means one.
 	Count int `json:"count,omitempty"`
+	// Every is how many messages a tcp-packed-acks reader acknowledges
+	// at a time.
+	Every int `json:"every,omitempty"`
 }
 
 // maxCount bounds sideSpec.Count: each is a connection (and, for nodes, a
@@ -129,7 +134,7 @@ func startSide(ctx context.Context, spec sideSpec) (side, error) {
 		return nil, fmt.Errorf("bench: message size %d is below %d", spec.Size, headerLen)
 	}
 	switch spec.Kind {
-	case sideTCPPacked, sideTCPStamped, sideTCPEcho, sideTCPEchoHO:
+	case sideTCPPacked, sideTCPPackedAcks, sideTCPStamped, sideTCPEcho, sideTCPEchoHO:
 		return startTCPSide(spec)
 	case sideNodeSink:
 		return startSinkSide(spec)
@@ -184,6 +189,8 @@ func startTCPSide(spec sideSpec) (*tcpSide, error) {
 				switch spec.Kind {
 				case sideTCPPacked:
 					r.d, r.err = bench.ReadPacked(c, spec.Size)
+				case sideTCPPackedAcks:
+					r.d, r.err = bench.ReadPackedAcking(c, c, spec.Size, spec.Every)
 				case sideTCPStamped:
 					r.d, r.err = bench.ReadStamped(c, spec.Size, s.rec)
 				case sideTCPEchoHO:
