@@ -65,7 +65,7 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		"a message; goals not met do not change the exit status.", stderr)
 	var c benchConfig
 	fs.IntVar(&c.size, "size", 100, "payload bytes per message (at least 16: send time and sequence number)")
-	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (16 in one process and 17 across two with the default groups, 33 in all, and 5 more a topology with peers; the CPU stall probe at most 3s)")
+	fs.DurationVar(&c.duration, "duration", 5*time.Second, "how long each case runs (16 in one process and 18 across two with the default groups, 34 in all, and 5 more a topology with peers; the CPU stall probe at most 3s)")
 	cases := fs.String("cases", strings.Join(defaultBenchGroups, ","), "which groups of cases to measure, each with its own baselines: "+strings.Join(benchGroups, ", ")+
 		"\n(peers: one node sending to --peers peers, a channel each, with each backend; the default backend is chosen for a\nnode per process with tens of peers)")
 	fs.IntVar(&c.peers, "peers", 20, fmt.Sprintf("how many peers the peers group's node sends to, 1 to %d", maxCount))
@@ -184,7 +184,7 @@ func benchOnce(ctx context.Context, c benchConfig, topos []string, cases, out st
 	if c.topologies != "one" {
 		sc.Notes = append(sc.Notes, "two processes: this binary re-executed as 'loadgen benchpeer' (os.Executable) hosts the receiving node, TCP reader or echo; it is driven over a pipe of JSON lines")
 		if c.groups["throughput"] {
-			sc.Notes = append(sc.Notes, "two processes: the runs case is measured once more with the sending process at GOMAXPROCS=1 (runtime.GOMAXPROCS, for that case only), a diagnostic with no goal: the same producer, node and loop, but the producer and the sending node's event loop hand credit and the CPU to each other on one thread instead of waking each other's threads; it is not a setting to use (with one P a loop waiting in epoll_wait holds it, and fixed-rate latency reads milliseconds)")
+			sc.Notes = append(sc.Notes, "two processes: the runs case, and plain TCP with flow control, are measured once more with the sending process at GOMAXPROCS=1 (runtime.GOMAXPROCS, for that case only), diagnostics with no goal: the same writer, but it and whatever reads its acks hand credit and the CPU to each other on one thread instead of waking each other's threads; it is not a setting to use (with one P a gnet loop waiting in epoll_wait holds it, and fixed-rate latency reads milliseconds)")
 		}
 	}
 	steps := 0
@@ -254,7 +254,7 @@ func (b *bencher) steps() []benchStep {
 		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendNet, true) }},
 	}
 	if b.prefix == prefixTwo {
-		all = slices.Insert(all, 6, benchStep{"throughput", b.transportMaxOneP})
+		all = slices.Insert(all, 6, benchStep{"throughput", b.transportMaxOneP}, benchStep{"throughput", b.tcpFlowOneP})
 	}
 	var out []benchStep
 	for _, s := range all {
@@ -349,7 +349,9 @@ func benchRows(prefix string, rate float64, peers int) []benchRow {
 		{"throughput", "throughput: one Send per message, net backend", ref("max-send/net", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
 	}
 	if prefix == prefixTwo {
-		rows = append(rows, benchRow{"throughput", "throughput: runs, default backend, the sending process at GOMAXPROCS=1 (a diagnostic: the Go scheduler's share of the gap)", ref(oneP, "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil})
+		rows = append(rows,
+			benchRow{"throughput", "throughput: runs, default backend, the sending process at GOMAXPROCS=1 (a diagnostic: the Go scheduler's share of the gap)", ref(oneP, "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil},
+			benchRow{"throughput", "throughput: plain TCP with the default window's flow control, the sending process at GOMAXPROCS=1 (a diagnostic)", ref("tcp-flow/gomaxprocs1", "msgs_per_s"), refp("tcp-ceiling", "msgs_per_s"), ceiling, nil})
 	}
 	// CPU per message, both ends together: where process CPU time can be
 	// read (Linux), each throughput case's beside the ceiling's.

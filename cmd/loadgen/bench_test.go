@@ -118,7 +118,7 @@ var checked = []string{"tcp-ceiling", "tcp-ceiling/slower", "tcp-flow", "max-run
 // test checks.
 func TestBenchReportsEveryFigure(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 33 cases of 100 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 34 cases of 100 ms")
 	}
 	out := t.TempDir()
 	sc, text, cmd := runBench(t, buildLoadgen(t), "--duration", "100ms", "--out", out)
@@ -259,27 +259,33 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 	}
 	diag := 0
 	for _, r := range sc.Rows {
-		if r.Figure.Run != "2p/"+oneP {
+		if r.Figure.Run != "2p/"+oneP && r.Figure.Run != "2p/tcp-flow/gomaxprocs1" {
 			continue
 		}
 		diag++
-		v, bv := figure("2p/"+oneP, "msgs_per_s"), figure("2p/tcp-ceiling", "msgs_per_s")
+		v, bv := figure(r.Figure.Run, "msgs_per_s"), figure("2p/tcp-ceiling", "msgs_per_s")
 		if r.Figure.Metric != "msgs_per_s" || r.Baseline == nil || r.Baseline.Run != "2p/tcp-ceiling" || r.Goal != nil ||
 			r.Value != v || r.BaselineValue != bv || r.Ratio != v/bv {
 			t.Errorf("the diagnostic row %+v: want %v msgs/s against the ceiling's %v, no goal", r, v, bv)
 		}
 	}
-	if diag != 1 {
-		t.Errorf("%d rows of the sending process at one P, want 1", diag)
+	if diag != 2 {
+		t.Errorf("%d rows of the sending process at one P, want 2", diag)
 	}
 	if p := figure("2p/"+oneP, "sender_gomaxprocs"); p != 1 {
 		t.Errorf("the run at one P ran at GOMAXPROCS=%v", p)
 	}
+	if p, q := figure("2p/tcp-flow/gomaxprocs1", "sender_gomaxprocs"), figure("2p/tcp-flow", "sender_gomaxprocs"); p != 1 || q == 1 {
+		t.Errorf("plain TCP with flow control ran at GOMAXPROCS=%v, and at one P at %v", q, p)
+	}
+	if _, ok := runs["1p/tcp-flow/gomaxprocs1"]; ok {
+		t.Error("one process measured plain TCP with flow control at one P")
+	}
 	if r := runs["2p/"+oneP]; r.ExactlyOnce == nil || !*r.ExactlyOnce || r.Sent == 0 {
 		t.Errorf("2p/%s: %d sent, exactly once %v", oneP, r.Sent, r.ExactlyOnce)
 	}
-	if len(sc.Rows) != 2*len(issue14)+1 {
-		t.Errorf("%d rows, want %d", len(sc.Rows), 2*len(issue14)+1)
+	if len(sc.Rows) != 2*len(issue14)+2 {
+		t.Errorf("%d rows, want %d", len(sc.Rows), 2*len(issue14)+2)
 	}
 	for _, topo := range []string{"1p/", "2p/"} {
 		if !probesStalls {
@@ -442,7 +448,7 @@ func TestBenchPeerAnswersBadRequests(t *testing.T) {
 // would fall well below it.
 func TestBenchCountsCPU(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short mode: builds loadgen and runs 15 cases of 400 ms")
+		t.Skip("skipping in -short mode: builds loadgen and runs 16 cases of 400 ms")
 	}
 	if !readsCPU {
 		t.Skip("process CPU time is read from Linux's /proc")
@@ -460,9 +466,9 @@ func TestBenchCountsCPU(t *testing.T) {
 	}
 	// Each topology's cases that have a CPU row, and the ceiling's
 	// slower measurement and plain TCP with flow control, which have
-	// none; across two processes, also the runs case at one P, which has
-	// none either.
-	if want := 2*(len(cpuCases)+2) + 1; n != want {
+	// none; across two processes, also the runs case and plain TCP with
+	// flow control at one P, which have none either.
+	if want := 2*(len(cpuCases)+2) + 2; n != want {
 		t.Fatalf("%d runs report their CPU, want %d", n, want)
 	}
 	used := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()

@@ -247,7 +247,20 @@ func (b *bencher) tcpCeilingAgain(ctx context.Context) error {
 // event loop wakes a producer. Set beside the ceiling it is what flow
 // control alone costs plain TCP on the machine; the transport's runs are
 // held against it too.
-func (b *bencher) tcpFlow(ctx context.Context) error {
+func (b *bencher) tcpFlow(ctx context.Context) error { return b.measureFlow(ctx, "tcp-flow", "") }
+
+// tcpFlowOneP is tcpFlow with the sending process held to one P, as
+// transportMaxOneP holds the transport's ("tcp-flow/gomaxprocs1"; two
+// processes only): the Go scheduler's share of what flow control costs
+// plain TCP.
+func (b *bencher) tcpFlowOneP(ctx context.Context) error {
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	return b.measureFlow(ctx, "tcp-flow/gomaxprocs1", ", the sending process at GOMAXPROCS=1")
+}
+
+// measureFlow runs tcpFlow's case as run id, what's end added to its case.
+func (b *bencher) measureFlow(ctx context.Context, id, what string) error {
 	conn, pid, closeConn, err := b.tcpSide(ctx, sideTCPPackedAcks)
 	if err != nil {
 		return err
@@ -257,12 +270,13 @@ func (b *bencher) tcpFlow(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := b.packedRun(ctx, conn, pid, w, fmt.Sprintf("throughput, ideal 64 KiB batching, at most %d messages unacknowledged, an ack every %d", flowWindow(b.cfg.size), flowAckEvery(b.cfg.size)))
+	r, err := b.packedRun(ctx, conn, pid, w, fmt.Sprintf("throughput, ideal 64 KiB batching, at most %d messages unacknowledged, an ack every %d%s", flowWindow(b.cfg.size), flowAckEvery(b.cfg.size), what))
 	if err != nil {
 		return fmt.Errorf("plain TCP with flow control: %w", err)
 	}
-	r.ID = "tcp-flow"
+	r.ID = id
 	r.Figures["writer_waits"] = float64(w.Waits())
+	r.Figures["sender_gomaxprocs"] = float64(runtime.GOMAXPROCS(0))
 	return b.add(r)
 }
 
