@@ -289,6 +289,25 @@ func FuzzReadPacked(f *testing.F) {
 		if size > 0 && d.Delivered+d.Duplicates > int64(len(stream)/(4+size)) {
 			t.Fatalf("%+v from %d bytes of %d-byte messages", d, len(stream), size)
 		}
+		// Acknowledging changes nothing of what is read, and each ack
+		// counts the messages parsed so far, never backwards, never more
+		// than there were.
+		var acks bytes.Buffer
+		da, erra := ReadPackedAcking(bytes.NewReader(stream), &acks, size, 1+len(stream)%7)
+		if da.Delivered != d.Delivered || da.Duplicates != d.Duplicates || da.Missing != d.Missing || (erra == nil) != (err == nil) {
+			t.Fatalf("acking read %+v (%v), plain read %+v (%v)", da, erra, d, err)
+		}
+		if acks.Len()%8 != 0 {
+			t.Fatalf("%d bytes of acks", acks.Len())
+		}
+		prev := uint64(0)
+		for b := acks.Bytes(); len(b) > 0; b = b[8:] {
+			v := binary.BigEndian.Uint64(b)
+			if v <= prev || int64(v) > d.Delivered+d.Duplicates {
+				t.Fatalf("an ack of %d after %d, %d messages parsed", v, prev, d.Delivered+d.Duplicates)
+			}
+			prev = v
+		}
 	})
 }
 
