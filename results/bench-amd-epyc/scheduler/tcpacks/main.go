@@ -155,5 +155,14 @@ func write(addr string, ack, window int, self bool, dur time.Duration) (float64,
 		}
 		sent += int64(k / msgSize)
 	}
-	return float64(sent) / time.Since(start).Seconds(), nil
+	rate := float64(sent) / time.Since(start).Seconds()
+	// End the stream and take the acks still coming, so that the reader
+	// sees an end rather than a reset.
+	if err := c.CloseWrite(); err != nil {
+		return 0, err
+	}
+	if ack == 0 || self {
+		_, _ = io.Copy(io.Discard, c)
+	}
+	return rate, nil
 }
