@@ -430,14 +430,14 @@ func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error 
 // transportMaxOneP is the default backend's runs case with the sending
 // process held to one P (runtime.GOMAXPROCS(1)) while it runs; a step of
 // the two-process topology only (in one process, the receiving node would
-// share that P). It is a
-// diagnostic, not a setting to use: with one P, a gnet loop waiting in
-// epoll_wait holds the only P, and a fixed-rate driver's timers wait for
-// the runtime to take it back (a p99 of milliseconds). Beside the same
-// ceiling it says how much of the runs case's gap is the Go scheduler's:
-// with two Ps the producer and the sending node's loop hand credit and the
-// CPU to each other through thread wake-ups, each a context switch, which
-// one P turns into a goroutine switch on one thread.
+// share that P). It is a diagnostic, not a setting to use: with one P, a
+// gnet loop waiting in epoll_wait holds the only P, and a fixed-rate
+// driver's timers wait for the runtime to take it back (a p99 of
+// milliseconds). Beside the same ceiling it says how much of the runs
+// case's gap is the Go scheduler's: with two Ps the producer and the
+// sending node's loop hand credit and the CPU to each other through thread
+// wake-ups, each a context switch, which one P turns into a goroutine
+// switch on one thread.
 func (b *bencher) transportMaxOneP(ctx context.Context) error {
 	c := maxCase(backendDefault, true)
 	c.id, c.what = oneP, c.what+", the sending process at GOMAXPROCS=1"
