@@ -19,7 +19,9 @@ import (
 //
 //   - the throughput ceiling: a [PackedWriter] fills 64 KiB buffers with
 //     length-prefixed messages and writes each with one call; [ReadPacked]
-//     reads 64 KiB at a time and parses and checks every message;
+//     reads 64 KiB at a time and parses and checks every message; and the
+//     same under a sliding window's flow control, a [FlowWriter] and
+//     [ReadPackedAcking];
 //   - fixed-rate latency: the sender writes each [Stamp]ed message with one
 //     write (the best latency plain TCP offers) when a [FixedRate] driver
 //     says it is due; [ReadStamped] reads what has arrived, up to 64 KiB at
