@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"testing"
 	"testing/iotest"
 	"time"
@@ -149,12 +150,7 @@ func TestPingPongOverTCP(t *testing.T) {
 		{"hand-offs", EchoHandOff, NewHandOffPinger},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cl, s, err := TCPPair()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
-			defer s.Close()
+			cl, s := tcpPair(t)
 			echoed := make(chan error, 1)
 			go func() { echoed <- c.echo(s, 32) }()
 			p, err := c.newPinger(cl, 32)
@@ -249,12 +245,7 @@ func packedStamps(size, n int) []byte {
 
 // An echo that changes the message is caught.
 func TestPingerCatchesABadEcho(t *testing.T) {
-	c, s, err := TCPPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	defer s.Close()
+	c, s := tcpPair(t)
 	go func() {
 		buf := make([]byte, 32)
 		for {
@@ -346,12 +337,7 @@ func (a *ackWatch) Write(p []byte) (int, error) {
 
 func TestFlowWriterKeepsToItsWindow(t *testing.T) {
 	const n, size, window, every = 20000, 100, 1500, 300 // a 64 KiB write is 630 messages
-	c, s, err := TCPPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	defer s.Close()
+	c, s := tcpPair(t)
 	f, err := NewFlowWriter(c, size, window)
 	if err != nil {
 		t.Fatal(err)
@@ -409,12 +395,7 @@ func TestFlowWriterRefusesBadAcks(t *testing.T) {
 		{"cut short", []byte{0, 0, 0}, io.ErrUnexpectedEOF},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, s, err := TCPPair()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			defer s.Close()
+			c, s := tcpPair(t)
 			f, err := NewFlowWriter(c, 100, 1000)
 			if err != nil {
 				t.Fatal(err)
@@ -442,4 +423,15 @@ func TestFlowWriterRefusesBadAcks(t *testing.T) {
 	if _, err := NewFlowWriter(&bytes.Buffer{}, 100, 0); err == nil {
 		t.Error("NewFlowWriter took a window of 0 messages")
 	}
+}
+
+// tcpPair is TCPPair for a test: both ends close when it ends.
+func tcpPair(t *testing.T) (client, server *net.TCPConn) {
+	t.Helper()
+	c, s, err := TCPPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
 }

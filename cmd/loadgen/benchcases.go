@@ -441,15 +441,9 @@ func (b *bencher) transportMax(ctx context.Context, be string, runs bool) error 
 func (b *bencher) transportMaxOneP(ctx context.Context) error {
 	c := maxCase(backendDefault, true)
 	c.id, c.what = oneP, c.what+", the sending process at GOMAXPROCS=1"
+	c.figures = func(f map[string]float64) { f["sender_gomaxprocs"] = float64(runtime.GOMAXPROCS(0)) }
 	prev := runtime.GOMAXPROCS(1)
 	defer runtime.GOMAXPROCS(prev)
-	send := c.send
-	var procs int
-	c.send = func(ctx context.Context, cfg load.Config, senders []*transport.Sender) (bench.Result, error) {
-		procs = runtime.GOMAXPROCS(0)
-		return send(ctx, cfg, senders)
-	}
-	c.figures = func(f map[string]float64) { f["sender_gomaxprocs"] = float64(procs) }
 	return b.runSinkCase(ctx, c)
 }
 
@@ -458,11 +452,7 @@ const oneP = "max-runs/default/gomaxprocs1"
 
 // maxCase is transportMax's case.
 func maxCase(be string, runs bool) sinkCase {
-	c := sinkCase{id: "max-runs/" + be, what: "throughput, runs of up to 64 (the transport scenario's producers)", be: be, sinks: 1,
-		send: func(ctx context.Context, cfg load.Config, senders []*transport.Sender) (bench.Result, error) {
-			sent, err := load.MaxRate(ctx, cfg, senders)
-			return bench.Result{Sent: sent}, err
-		}}
+	c := sinkCase{id: "max-runs/" + be, what: "throughput, runs of up to 64 (the transport scenario's producers)", be: be, sinks: 1, send: sendRuns}
 	if !runs {
 		c.id, c.what = "max-send/"+be, "throughput, one Send per message"
 		c.send = func(ctx context.Context, cfg load.Config, senders []*transport.Sender) (bench.Result, error) {
@@ -490,12 +480,15 @@ func (b *bencher) transportPeers(ctx context.Context, be string, fixed bool) err
 		return b.runSinkCase(ctx, sinkCase{id: "peers/fixed/" + be, be: be, sinks: n, fixed: true, reached: true, send: load.FixedRate,
 			what: fmt.Sprintf("fixed rate to %d peers, a channel each, message i to peer i mod %d", n, n)})
 	}
-	return b.runSinkCase(ctx, sinkCase{id: "peers/" + be, be: be, sinks: n, reached: true,
-		what: fmt.Sprintf("throughput to %d peers, a channel each, runs of up to 64", n),
-		send: func(ctx context.Context, cfg load.Config, senders []*transport.Sender) (bench.Result, error) {
-			sent, err := load.MaxRate(ctx, cfg, senders)
-			return bench.Result{Sent: sent}, err
-		}})
+	return b.runSinkCase(ctx, sinkCase{id: "peers/" + be, be: be, sinks: n, reached: true, send: sendRuns,
+		what: fmt.Sprintf("throughput to %d peers, a channel each, runs of up to 64", n)})
+}
+
+// sendRuns sends at full speed in runs, as the transport scenario's
+// producers do (load.MaxRate).
+func sendRuns(ctx context.Context, cfg load.Config, senders []*transport.Sender) (bench.Result, error) {
+	sent, err := load.MaxRate(ctx, cfg, senders)
+	return bench.Result{Sent: sent}, err
 }
 
 // sinkCase is a case of a node of backend be sending, with send, to sinks

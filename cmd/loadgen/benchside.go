@@ -33,14 +33,13 @@ import (
 
 // Side kinds.
 const (
-	sideTCPPacked = "tcp-packed" // bench.ReadPacked: the throughput ceiling's reader
-	// bench.ReadPackedAcking: the reader of the ceiling under flow control
-	sideTCPPackedAcks = "tcp-packed-acks"
-	sideTCPStamped    = "tcp-stamped" // bench.ReadStamped: the fixed-rate baseline's reader
-	sideTCPEcho       = "tcp-echo"    // bench.Echo: the ping-pong baseline's echo
-	sideTCPEchoHO     = "tcp-echo-ho" // bench.EchoHandOff: the same with a hand-off between goroutines
-	sideNodeSink      = "node-sink"   // a node whose task (1, 0) checks and records what arrives, inline
-	sideNodeEcho      = "node-echo"   // a node whose task (1, 0) sends what arrives back to (0, 0) at ReplyTo
+	sideTCPPacked     = "tcp-packed"      // bench.ReadPacked: the throughput ceiling's reader
+	sideTCPPackedAcks = "tcp-packed-acks" // bench.ReadPackedAcking: the same under flow control
+	sideTCPStamped    = "tcp-stamped"     // bench.ReadStamped: the fixed-rate baseline's reader
+	sideTCPEcho       = "tcp-echo"        // bench.Echo: the ping-pong baseline's echo
+	sideTCPEchoHO     = "tcp-echo-ho"     // bench.EchoHandOff: the same with a hand-off between goroutines
+	sideNodeSink      = "node-sink"       // a node whose task (1, 0) checks and records what arrives, inline
+	sideNodeEcho      = "node-echo"       // a node whose task (1, 0) sends what arrives back to (0, 0) at ReplyTo
 )
 
 // Backends, as bench names them.
