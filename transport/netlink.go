@@ -53,6 +53,10 @@ type netLink struct {
 	in   []byte
 	off  int
 	wbuf []byte
+	// spare is the task list runTasks ran last, emptied, for queue to
+	// append to next: the two lists take turns, so that queuing a task
+	// allocates nothing.
+	spare []loopFunc
 
 	// reader
 	rbuf []byte
@@ -143,7 +147,7 @@ func (l *netLink) isClosed() bool {
 func (l *netLink) runTasks() error {
 	l.mu.Lock()
 	tasks := l.mu.tasks
-	l.mu.tasks = nil
+	l.mu.tasks, l.spare = l.spare, nil
 	l.mu.Unlock()
 	for i, f := range tasks {
 		tasks[i] = nil
@@ -152,8 +156,15 @@ func (l *netLink) runTasks() error {
 		}
 		f()
 	}
+	if cap(tasks) <= maxSpareTasks {
+		l.spare = tasks[:0]
+	}
 	return nil
 }
+
+// maxSpareTasks bounds the task list runTasks keeps for reuse: a burst of
+// more leaves its list to the garbage collector.
+const maxSpareTasks = 256
 
 func (l *netLink) read() {
 	defer l.wg.Done()

@@ -230,6 +230,11 @@ type delivery struct {
 	msgs  []Message
 	buf   []byte
 	bytes int
+	// The pools' boxes msgs and buf came in (nil: made, not pooled), put
+	// back with them: a box made at each Put would be an allocation a
+	// delivery.
+	msgsBox *[]Message
+	bufBox  *[]byte
 }
 
 var deliveryPool = sync.Pool{New: func() any { return new(delivery) }}
@@ -262,7 +267,7 @@ func getDelivery(n, size int) *delivery {
 	d := deliveryPool.Get().(*delivery)
 	if c := sizeClass(size, minClassShift); c < numClasses {
 		if p, ok := bufPools[c].Get().(*[]byte); ok {
-			d.buf = (*p)[:0]
+			d.buf, d.bufBox = (*p)[:0], p
 		} else {
 			d.buf = make([]byte, 0, 1<<(minClassShift+c))
 		}
@@ -271,7 +276,7 @@ func getDelivery(n, size int) *delivery {
 	}
 	if c := sizeClass(n, 0); c < numClasses {
 		if p, ok := msgPools[c].Get().(*[]Message); ok {
-			d.msgs = (*p)[:0]
+			d.msgs, d.msgsBox = (*p)[:0], p
 		} else {
 			d.msgs = make([]Message, 0, 1<<c)
 		}
@@ -284,14 +289,22 @@ func getDelivery(n, size int) *delivery {
 func putDelivery(d *delivery) {
 	clear(d.msgs)
 	if c := sizeClass(cap(d.buf), minClassShift); c < numClasses && cap(d.buf) == 1<<(minClassShift+c) {
-		b := d.buf[:0]
-		bufPools[c].Put(&b)
+		box := d.bufBox
+		if box == nil {
+			box = new([]byte)
+		}
+		*box = d.buf[:0]
+		bufPools[c].Put(box)
 	}
 	if c := sizeClass(cap(d.msgs), 0); c < numClasses && cap(d.msgs) == 1<<c {
-		m := d.msgs[:0]
-		msgPools[c].Put(&m)
+		box := d.msgsBox
+		if box == nil {
+			box = new([]Message)
+		}
+		*box = d.msgs[:0]
+		msgPools[c].Put(box)
 	}
-	d.msgs, d.buf = nil, nil
+	d.msgs, d.buf, d.msgsBox, d.bufBox = nil, nil, nil, nil
 	d.rs, d.conn, d.bytes = nil, nil, 0
 	deliveryPool.Put(d)
 }
