@@ -202,12 +202,6 @@ func percentileLabel(d float64) string {
 	}
 }
 
-// WriteLatencySVG writes rec's percentile spectrum as an SVG chart: latency
-// in microseconds against percentile on a log "1/(1-p)" axis.
-func WriteLatencySVG(w io.Writer, rec *Recorder, title string) error {
-	return writeLatencySVG(w, rec.Snapshot(), title)
-}
-
 // WriteTimelineSVG writes r's timeline as an SVG chart: delivered messages
 // per second against time, with each fault event as a labelled vertical
 // line.

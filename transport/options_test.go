@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/lossdetect"
+	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/window"
 )
 
@@ -78,5 +79,65 @@ func TestNewNodeRefusesLimitsAndTimeoutsOutOfRange(t *testing.T) {
 		if err := o.validate(); err != nil {
 			t.Errorf("the smallest allowed value was refused: %v", err)
 		}
+	}
+}
+
+// WithNodeID is the id a node announces, by which its peers know it, and
+// WithEpoch the epoch of the channels it opens without one, which their
+// receivers see; without them a node picks a random odd id and the time it
+// started.
+func TestNodeIDAndEpochAreTheOnesGiven(t *testing.T) {
+	const id, epoch = 0x5eed, 7
+	ping := WithPingInterval(10 * time.Millisecond)
+	rx, tx, p := newPair(t, []Option{ping}, []Option{ping, WithNodeID(id), WithEpoch(epoch)})
+	if tx.ID() != id || tx.Epoch() != epoch {
+		t.Fatalf("node id %#x and epoch %d, want %#x and %d", tx.ID(), tx.Epoch(), id, epoch)
+	}
+	if rx.ID() == 0 || rx.ID()&1 == 0 || rx.Epoch() == epoch || rx.Epoch() == 0 {
+		t.Errorf("a node without the options has id %#x and epoch %d: want a random odd id and its start time", rx.ID(), rx.Epoch())
+	}
+	got := make(chan taskid.Channel, 1)
+	dst := taskid.ID{Processor: 2}
+	if err := rx.Handle(dst, func(ch taskid.Channel, _ uint64, _ []Message) {
+		select {
+		case got <- ch:
+		default:
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	s, err := p.OpenSender(ctx, taskid.ID{Processor: 1}, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Channel().Epoch != epoch {
+		t.Errorf("a sender opened without an epoch has epoch %d, want the node's %d", s.Channel().Epoch, epoch)
+	}
+	if err := s.Send(ctx, 1, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ch := <-got:
+		if ch != s.Channel() {
+			t.Errorf("the receiver got the message on %v, want %v", ch, s.Channel())
+		}
+	case <-ctx.Done():
+		t.Fatal("the message never arrived")
+	}
+	// The receiver knows the sender by the id it announced: its clock
+	// estimate of that id comes from the connection's round trips.
+	for {
+		if _, ok := rx.ClockOffset(id); ok {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the receiver never measured a round trip with node %#x", id)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if _, ok := rx.ClockOffset(id + 2); ok {
+		t.Errorf("the receiver has a clock estimate of node %#x, which it never met", id+2)
 	}
 }
