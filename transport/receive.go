@@ -289,24 +289,24 @@ func getDelivery(n, size int) *delivery {
 func putDelivery(d *delivery) {
 	clear(d.msgs)
 	if c := sizeClass(cap(d.buf), minClassShift); c < numClasses && cap(d.buf) == 1<<(minClassShift+c) {
-		box := d.bufBox
-		if box == nil {
-			box = new([]byte)
-		}
-		*box = d.buf[:0]
-		bufPools[c].Put(box)
+		putBoxed(&bufPools[c], d.bufBox, d.buf)
 	}
 	if c := sizeClass(cap(d.msgs), 0); c < numClasses && cap(d.msgs) == 1<<c {
-		box := d.msgsBox
-		if box == nil {
-			box = new([]Message)
-		}
-		*box = d.msgs[:0]
-		msgPools[c].Put(box)
+		putBoxed(&msgPools[c], d.msgsBox, d.msgs)
 	}
 	d.msgs, d.buf, d.msgsBox, d.bufBox = nil, nil, nil, nil
 	d.rs, d.conn, d.bytes = nil, nil, 0
 	deliveryPool.Put(d)
+}
+
+// putBoxed puts s, emptied, into pool in box, the box it came out of (a
+// new one if it was made, not pooled).
+func putBoxed[T any](pool *sync.Pool, box *[]T, s []T) {
+	if box == nil {
+		box = new([]T)
+	}
+	*box = s[:0]
+	pool.Put(box)
 }
 
 func (d *delivery) add(m Message) {

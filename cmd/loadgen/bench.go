@@ -229,13 +229,21 @@ type benchStep struct {
 
 // steps lists the cases of the groups b.cfg selects.
 func (b *bencher) steps() []benchStep {
-	all := []benchStep{
+	// The runs case and plain TCP with flow control once more with the
+	// sending process at one P: two processes only (in one, the receiving
+	// node would share the P).
+	var onePSteps []benchStep
+	if b.prefix == prefixTwo {
+		onePSteps = []benchStep{{"throughput", b.transportMaxOneP}, {"throughput", b.tcpFlowOneP}}
+	}
+	all := slices.Concat([]benchStep{
 		{"throughput", b.tcpCeiling},
 		{"throughput", b.tcpFlow},
 		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, true) }},
 		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendNet, true) }},
 		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendDefault, false) }},
 		{"throughput", func(ctx context.Context) error { return b.transportMax(ctx, backendNet, false) }},
+	}, onePSteps, []benchStep{
 		{"throughput", b.tcpCeilingAgain},
 		{"fixed", b.vcpuStalls},
 		{"fixed", b.driverAlone},
@@ -252,10 +260,7 @@ func (b *bencher) steps() []benchStep {
 		{"peers", b.tcpFixedPeers},
 		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendDefault, true) }},
 		{"peers", func(ctx context.Context) error { return b.transportPeers(ctx, backendNet, true) }},
-	}
-	if b.prefix == prefixTwo {
-		all = slices.Insert(all, 6, benchStep{"throughput", b.transportMaxOneP}, benchStep{"throughput", b.tcpFlowOneP})
-	}
+	})
 	var out []benchStep
 	for _, s := range all {
 		if b.cfg.groups[s.group] {

@@ -254,9 +254,17 @@ func (b *bencher) tcpFlow(ctx context.Context) error { return b.measureFlow(ctx,
 // processes only): the Go scheduler's share of what flow control costs
 // plain TCP.
 func (b *bencher) tcpFlowOneP(ctx context.Context) error {
+	return withOneP(func() error {
+		return b.measureFlow(ctx, "tcp-flow/gomaxprocs1", ", the sending process at GOMAXPROCS=1")
+	})
+}
+
+// withOneP runs f with this process held to one P, and gives it back the
+// Ps it had.
+func withOneP(f func() error) error {
 	prev := runtime.GOMAXPROCS(1)
 	defer runtime.GOMAXPROCS(prev)
-	return b.measureFlow(ctx, "tcp-flow/gomaxprocs1", ", the sending process at GOMAXPROCS=1")
+	return f()
 }
 
 // measureFlow runs tcpFlow's case as run id, what's end added to its case.
@@ -442,9 +450,7 @@ func (b *bencher) transportMaxOneP(ctx context.Context) error {
 	c := maxCase(backendDefault, true)
 	c.id, c.what = oneP, c.what+", the sending process at GOMAXPROCS=1"
 	c.figures = func(f map[string]float64) { f["sender_gomaxprocs"] = float64(runtime.GOMAXPROCS(0)) }
-	prev := runtime.GOMAXPROCS(1)
-	defer runtime.GOMAXPROCS(prev)
-	return b.runSinkCase(ctx, c)
+	return withOneP(func() error { return b.runSinkCase(ctx, c) })
 }
 
 // oneP is the ID of transportMaxOneP's run.
