@@ -41,7 +41,9 @@ type State struct {
 	Job *Job
 	// Gen is the highest generation journaled (0: none).
 	Gen uint64
-	// Checkpoint is the last completed checkpoint, if HasCheckpoint.
+	// Checkpoint is, if HasCheckpoint, the last completed checkpoint the
+	// job stands on: the latest generation's last, or the one it restored
+	// when that is older; none after a generation that restored none.
 	Checkpoint    int64
 	HasCheckpoint bool
 	// Interval is the checkpoint interval of the last record that set
@@ -63,7 +65,8 @@ type State struct {
 // rules: a Job first and only once; generations increasing, each, once a
 // commit has set the floor, restoring a checkpoint at or after it; a
 // checkpoint in the latest generation and later than the one before (or
-// than the older one its generation restored, when it fell back to one);
+// than the older one its generation restored, when it fell back to one;
+// any, when its generation restored none);
 // a commit in the latest generation, keeping a checkpoint no later than
 // the last completed one.
 var ErrOrder = errors.New("journal: record out of order")
@@ -94,6 +97,13 @@ func (s *State) apply(r Record) error {
 		s.Gen, s.Generations = r.Gen, s.Generations+1
 		if r.Interval > 0 {
 			s.Interval = r.Interval
+		}
+		if !r.HasRestore {
+			// It starts over from the start of the logs (no checkpoint
+			// the workers hold is left, and no commit has cut the logs):
+			// the checkpoints before it are abandoned, and the ones that
+			// follow count from nothing.
+			s.Checkpoint, s.HasCheckpoint = 0, false
 		}
 		if r.HasRestore && (!s.HasCheckpoint || r.Restore < s.Checkpoint) {
 			// It restores an older checkpoint than the last completed one
@@ -268,6 +278,11 @@ func replay(path string, b []byte) (st State, end int, v1 bool, err error) {
 		return st, 0, false, &CorruptError{Path: path, Err: errors.New("not a journal (bad magic or version)")}
 	}
 	off := len(fileMagic)
+	// v1Last is the last completed checkpoint as a version 1 coordinator
+	// counted it (a generation that restored nothing did not undo it): its
+	// logs may have been cut to it.
+	var v1Last int64
+	var v1Has bool
 	for off < len(b) {
 		r, n, err := DecodeRecord(b[off:])
 		if err != nil {
@@ -279,12 +294,28 @@ func replay(path string, b []byte) (st State, end int, v1 bool, err error) {
 		if err := st.apply(r); err != nil {
 			return st, off, v1, &CorruptError{Path: path, Offset: int64(off), Err: err}
 		}
+		switch r := r.(type) {
+		case *Checkpoint:
+			v1Last, v1Has = r.Ts, true
+		case *Generation:
+			if r.HasRestore && (!v1Has || r.Restore < v1Last) {
+				v1Last, v1Has = r.Restore, true
+			}
+		}
 		off += n
 	}
-	if v1 && st.HasCheckpoint && (!st.HasFloor || st.Floor < st.Checkpoint) {
+	if v1 && v1Has {
 		// Its coordinator committed after each checkpoint without a
 		// record: the logs may have been cut up to the last one.
-		st.Floor, st.HasFloor = st.Checkpoint, true
+		if !st.HasCheckpoint {
+			// A generation started over after it, which the cut logs
+			// cannot replay; a Commit could not keep that floor either.
+			return st, off, v1, &CorruptError{Path: path, Offset: int64(off), Err: fmt.Errorf(
+				"generation %d restores no checkpoint, but version 1 may have cut the logs to checkpoint %d", st.Gen, v1Last)}
+		}
+		if !st.HasFloor || st.Floor < v1Last {
+			st.Floor, st.HasFloor = v1Last, true
+		}
 	}
 	return st, off, v1, nil
 }

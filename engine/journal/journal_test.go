@@ -273,6 +273,58 @@ func TestRecordsOutOfOrderAreRefusedOnAppendAndOnReplay(t *testing.T) {
 	}
 }
 
+// TestAGenerationThatRestoresNothingStartsTheCheckpointsOver: a
+// coordinator that finds no checkpoint its workers all hold, the logs not
+// yet cut, replays them from the start: the checkpoints before that
+// generation are abandoned, and its first, which may come long before
+// them, is in order.
+func TestAGenerationThatRestoresNothingStartsTheCheckpointsOver(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	recs := []Record{&Job{Shape: "a*1", Nodes: 1, Placement: []int{0}}, &Generation{Gen: 1, Interval: 4096},
+		&Checkpoint{Gen: 1, Ts: 4096, Interval: 4096}, &Generation{Gen: 2, Interval: 4096}}
+	writeJournal(t, path, recs)
+	st, err := Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.HasCheckpoint || st.HasFloor {
+		t.Fatalf("state %+v, want no checkpoint and no floor after a generation that restored none", st)
+	}
+	j, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	for _, r := range []Record{&Checkpoint{Gen: 2, Ts: 64, Interval: 4096}, &Commit{Gen: 2, Keep: 64}} {
+		if err := j.Append(r); err != nil {
+			t.Fatalf("Append(%+v): %v", r, err)
+		}
+	}
+	if st := j.State(); st.Checkpoint != 64 || st.Floor != 64 {
+		t.Fatalf("state %+v, want checkpoint 64 and floor 64", st)
+	}
+}
+
+// TestAVersion1JournalThatStartedOverAfterACheckpointIsRefused: version 1
+// cut the logs at every checkpoint without a record of it, so a generation
+// that restored none after one has nothing to replay; there is no floor
+// a version 2 journal could keep for it either.
+func TestAVersion1JournalThatStartedOverAfterACheckpointIsRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	v1File(t, path, []Record{&Job{Shape: "a*1", Nodes: 1, Placement: []int{0}}, &Generation{Gen: 1, Interval: 10},
+		&Checkpoint{Gen: 1, Ts: 20, Interval: 10}, &Generation{Gen: 2, Interval: 10}})
+	before, _ := os.ReadFile(path)
+	if _, err := Read(path); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Read: got %v, want ErrCorrupt", err)
+	}
+	if _, err := Open(path, Options{NoSync: true}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open: got %v, want ErrCorrupt", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
+		t.Fatal("the refused journal was changed")
+	}
+}
+
 func TestAFileThatIsNotAJournalIsRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal")
 	os.WriteFile(path, []byte("SLJN\x00\x00\x00\x03 a later version"), 0o644)
