@@ -195,7 +195,14 @@ func benchOnce(ctx context.Context, c benchConfig, topos []string, cases, out st
 		}
 		steps += len((&bencher{cfg: c, prefix: prefix}).steps())
 	}
-	fmt.Fprintf(stderr, "loadgen bench: %s; %d cases of %v each\n", sc.Machine, steps, c.duration)
+	// The fixed group's CPU stall probe, one a topology, runs at most
+	// stallProbe and is not among the cases --duration documents.
+	probes := ""
+	if c.groups["fixed"] {
+		steps -= len(topos)
+		probes = fmt.Sprintf(" and %d CPU stall probe(s) of %v", len(topos), min(c.duration, stallProbe))
+	}
+	fmt.Fprintf(stderr, "loadgen bench: %s; %d cases of %v each%s\n", sc.Machine, steps, c.duration, probes)
 	start := time.Now()
 	for _, topo := range topos {
 		if err := benchTopology(ctx, c, topo, sc, stderr); err != nil {

@@ -572,6 +572,7 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 	ec.register(fs)
 	var sec nodeFlags
 	fs.StringVar(&sec.keyFile, "key-file", "", "file holding the pre-shared key the agents were given: the coordinator proves it holds it before an agent takes a plan (and the agents use it for their data connections)")
+	hideFlags(fs, "nodes") // one engine worker per agent: refused below
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -71,17 +71,17 @@ func engineFaults(s string, seed uint64) (f transport.Faults, crash, kill time.D
 	}
 	for _, kv := range rest {
 		k, v, _ := strings.Cut(kv, "=")
+		if k != "crash" && k != "kill" {
+			return f, 0, 0, fmt.Errorf("unknown fault %q (want drop, ctrldrop, dup, reset, delay, jitter, bw, ge, partition, crash or kill)", k)
+		}
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			return f, 0, 0, fmt.Errorf("fault %s: %w", k, err)
 		}
-		switch k {
-		case "crash":
+		if k == "crash" {
 			crash = d
-		case "kill":
+		} else {
 			kill = d
-		default:
-			return f, 0, 0, fmt.Errorf("unknown fault %q (want drop, ctrldrop, dup, reset, crash, kill)", k)
 		}
 	}
 	return f, crash, kill, nil

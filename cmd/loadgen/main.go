@@ -38,7 +38,7 @@ Usage:
   loadgen coordinate --agents A,B [flags]   run a scenario across hosts on agents, merge their reports
   loadgen stat  --node ADDR   a live table of the counters a run, serve, send or agent with --metrics ADDR serves
   loadgen node  [flags]   a worker process of a multi-process engine run (started by 'run --nodes N')
-  loadgen bench [flags]   check a machine in about two minutes: throughput, fixed-rate latency and ping-pong of both
+  loadgen bench [flags]   check a machine in about three minutes: throughput, fixed-rate latency and ping-pong of both
                           backends, in one process and in two, each as a ratio to plain TCP measured in the same run
   loadgen benchpeer       the second process of 'loadgen bench' (started by it)
 

@@ -32,9 +32,47 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: loadgen %s [flags]\n\n%s\n\nFlags:\n", name, synopsis)
-		fs.PrintDefaults()
+		printDefaults(fs)
 	}
 	return fs
+}
+
+// hiddenUsage is the usage of a flag that -h leaves out (hideFlags).
+const hiddenUsage = "\x00hidden"
+
+// hideFlags leaves the named flags out of fs's -h: flags a command gets
+// with a group it shares with others (transportConfig, engineConfig) but
+// refuses itself, with an error that says why, so that -h lists only what
+// the command takes.
+func hideFlags(fs *flag.FlagSet, names ...string) {
+	for _, n := range names {
+		fs.Lookup(n).Usage = hiddenUsage
+	}
+}
+
+// setDefault makes v the default of the flag name, in what -h prints as
+// well as in the value: a command that shares a flag group with others
+// and wants another default for one of them.
+func setDefault(fs *flag.FlagSet, name, v string) error {
+	f := fs.Lookup(name)
+	if err := f.Value.Set(v); err != nil {
+		return err
+	}
+	f.DefValue = v
+	return nil
+}
+
+// printDefaults is fs.PrintDefaults without the hidden flags.
+func printDefaults(fs *flag.FlagSet) {
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	shown.SetOutput(fs.Output())
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Usage != hiddenUsage {
+			shown.Var(f.Value, f.Name, f.Usage)
+			shown.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	shown.PrintDefaults()
 }
 
 // scenarioFlags names the flags that mean something to some scenarios

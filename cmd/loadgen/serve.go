@@ -321,6 +321,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	sec.register(fs)
 	sec.registerMetrics(fs)
 	sec.registerClockOffset(fs)
+	hideFlags(fs, "duration", "consume-rate", "delivery", "seed", "faults") // refused below
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

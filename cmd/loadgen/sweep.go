@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -25,17 +27,30 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	out.register(fs)
 	var tc transportConfig
 	tc.register(fs)
-	if err := fs.Set("duration", "5s"); err != nil {
+	if err := setDefault(fs, "duration", "5s"); err != nil {
 		return err
 	}
-	if err := fs.Set("out", filepath.Join("results", "local", "sweep")); err != nil {
+	if err := setDefault(fs, "out", filepath.Join("results", "local", "sweep")); err != nil {
 		return err
 	}
+	hideFlags(fs, "size", "channels") // --sizes and --channel-counts set them
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("sweep: unexpected arguments %q", fs.Args())
+	}
+	var set error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "size":
+			set = errors.New("sweep: --size is for 'loadgen run'; give sweep --sizes")
+		case "channels":
+			set = errors.New("sweep: --channels is for 'loadgen run'; give sweep --channel-counts")
+		}
+	})
+	if set != nil {
+		return set
 	}
 	sz, err := intList("--sizes", *sizes)
 	if err != nil {
