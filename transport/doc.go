@@ -93,9 +93,11 @@
 // logs, errors or stats.
 //
 // Every buffer is bounded: a channel's window in messages and bytes, the
-// memory of all windows to one peer ([WithPeerBudget]), each connection's inbound buffered bytes (payload
-// not yet consumed, [WithInboundBudget]; raw bytes, at most one frame of
-// [WithMaxFrame] plus one read, and before authentication one small frame).
+// memory of all windows to one peer ([WithPeerBudget]), each connection's
+// messages received and not yet consumed ([WithInboundBudget]: payloads
+// and records), its raw inbound bytes (at most one frame of [WithMaxFrame]
+// plus one read, and before authentication one small frame), and what it
+// holds for a peer that sends but does not read ([ErrPeerNotReading]).
 // Limits on frame size, channels per connection, the (source, target)
 // pairs the node keeps receiving state for ([WithMaxReceivers]),
 // connections per remote address, handshake time and idle time each have

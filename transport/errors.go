@@ -28,6 +28,11 @@ var (
 	ErrIdleTimeout = errors.New("transport: connection idle for too long")
 	// ErrInboundBudget means a peer sent more than its windows allow.
 	ErrInboundBudget = errors.New("transport: peer exceeded the inbound budget (it ignores flow control)")
+	// ErrPeerNotReading means a peer went on sending while it left
+	// unread more than a connection may hold for it (the answers to its
+	// PINGs, ACKREQUESTs and OPENs, data): the connection is closed rather
+	// than buffering for it without bound.
+	ErrPeerNotReading = errors.New("transport: peer does not read what it is sent")
 	// ErrGoAway means the peer sent GOAWAY.
 	ErrGoAway = errors.New("transport: peer sent GOAWAY")
 	// ErrAuthFailed means the peer and this node do not share a key: the

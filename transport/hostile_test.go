@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/wire"
@@ -596,5 +597,187 @@ func sendExpectingLimit(t *testing.T, addr string, b []byte) {
 	g, ok := readGoAway(t, c)
 	if !ok || g.Code != wire.GoAwayLimit {
 		t.Fatalf("GOAWAY %v (%q), want LIMIT", g.Code, g.Message)
+	}
+}
+
+// acceptedConn waits for rx to hold a connection that is not one of skip
+// and returns it.
+func acceptedConn(t *testing.T, rx *Node, skip map[*conn]bool) *conn {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		rx.mu.Lock()
+		for c := range rx.mu.conns {
+			if !skip[c] {
+				rx.mu.Unlock()
+				return c
+			}
+		}
+		rx.mu.Unlock()
+	}
+	t.Fatal("the node did not accept the connection")
+	return nil
+}
+
+// conns is the set of rx's connections now.
+func conns(rx *Node) map[*conn]bool {
+	rx.mu.Lock()
+	defer rx.mu.Unlock()
+	m := make(map[*conn]bool)
+	for c := range rx.mu.conns {
+		m[c] = true
+	}
+	return m
+}
+
+// A peer that sends and never reads what it is sent would make the node
+// hold the answers (PONGs here, ACKs alike) without bound: the event loop
+// writes what the socket takes and buffers the rest. The node closes the
+// connection once what waits for the peer passes what an honest one can
+// have waiting (backlogLimit; 1.6 MiB with these options). The net backend
+// is not in it: its loop blocks in the write, and so stops reading.
+func TestAPeerThatSendsAndNeverReadsIsClosed(t *testing.T) {
+	rx := listeningNode(t, nil, WithWindow(64, 16<<10), WithPeerBudget(64<<10), WithMaxFrame(128<<10), WithMaxChannels(16))
+	old := conns(rx)
+	nc := rawConn(t, rx.Addr())
+	_ = nc.(*net.TCPConn).SetReadBuffer(4 << 10)
+	if _, err := nc.Write(goodPreface()); err != nil {
+		t.Fatal(err)
+	}
+	c := acceptedConn(t, rx, old)
+	var b []byte
+	for i := range 1 << 20 { // 18 MiB of PINGs, 26 MiB of PONGs
+		b = wire.AppendPing(b, uint64(i), wire.PingClock)
+	}
+	go func() { _, _ = nc.Write(b) }()
+	for tick := time.NewTicker(10 * time.Millisecond); ; {
+		select {
+		case <-c.done:
+		case <-tick.C:
+			if c.stats.wireIn.Load() >= uint64(len(b)) {
+				t.Fatalf("the node read all %d MiB of PINGs from a peer that reads nothing and kept the connection", len(b)>>20)
+			}
+			continue
+		}
+		break
+	}
+	if !errors.Is(c.closeErr, ErrPeerNotReading) {
+		t.Errorf("closed with %v, want ErrPeerNotReading", c.closeErr)
+	}
+	if got := rx.Stats().Refused.Limits; got != 1 {
+		t.Errorf("%d connections refused for a limit, want 1", got)
+	}
+}
+
+// The inbound budget counts each queued message's record (a Message, 32
+// bytes) with its payload, or a flood of empty messages to a task that
+// does not keep up would cost nothing against it.
+func TestAFloodOfEmptyMessagesIsClosedAtTheInboundBudget(t *testing.T) {
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		rx := listeningNode(t, be, WithInboundBudget(1<<20))
+		target := taskid.ID{Processor: 9, Index: 1}
+		block := make(chan struct{})
+		t.Cleanup(func() { close(block) })
+		if err := rx.Handle(target, func(taskid.Channel, uint64, []Message) { <-block }); err != nil {
+			t.Fatal(err)
+		}
+		b := wire.AppendOpen(goodPreface(), wire.Open{Channel: 0, Source: taskid.ID{Processor: 9}, Target: target, Epoch: 1})
+		seq := uint64(0)
+		for range 4 { // 256 Ki messages, 8 MiB of records against a 1 MiB budget, 512 KiB on the wire
+			f, start := wire.BeginFrame(b, wire.FrameData, 0)
+			f = wire.AppendRunHeader(f, wire.RunHeader{Channel: 0, FirstSeq: seq, Count: 1 << 16})
+			for range 1 << 16 {
+				f = wire.AppendMessage(f, 0, 0, nil)
+			}
+			b = wire.FinishFrame(f, start)
+			seq += 1 << 16
+		}
+		sendExpectingLimit(t, rx.Addr(), b)
+	})
+}
+
+// A DATA frame of maxFrame bytes may hold maxFrame/2 empty messages, each
+// decoded into a 32-byte Message in the connection's scratch slice: 16
+// times the frame. The scratch grown for such a frame (here of a stale
+// channel, whose data is dropped and charged nowhere) is not kept for the
+// life of the connection.
+func TestADataFrameOfManyEmptyMessagesLeavesNoLargeScratch(t *testing.T) {
+	rx := listeningNode(t, nil)
+	rx.HandleAll(func(taskid.ID) Handler { return func(taskid.Channel, uint64, []Message) {} })
+	src, dst := taskid.ID{Processor: 9}, taskid.ID{Processor: 9, Index: 1}
+	// Epoch 2 under number 0, then epoch 1 of the same pair under number
+	// 1: stale, its data dropped.
+	b := wire.AppendOpen(goodPreface(), wire.Open{Channel: 0, Source: src, Target: dst, Epoch: 2})
+	b = wire.AppendOpen(b, wire.Open{Channel: 1, Source: src, Target: dst, Epoch: 1})
+	f, start := wire.BeginFrame(b, wire.FrameData, 0)
+	f = wire.AppendRunHeader(f, wire.RunHeader{Channel: 1, FirstSeq: 0, Count: 1 << 20}) // a 2 MiB body
+	for range 1 << 20 {
+		f = wire.AppendMessage(f, 0, 0, nil)
+	}
+	b = wire.FinishFrame(f, start)
+	old := conns(rx)
+	nc := rawConn(t, rx.Addr())
+	c := acceptedConn(t, rx, old)
+	// A PING after it: its PONG says the frame before it was read.
+	if _, err := nc.Write(wire.AppendPing(b, 7, 0)); err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for r, buf := []byte(nil), make([]byte, 4096); ; {
+		n, err := nc.Read(buf)
+		if err != nil {
+			t.Fatalf("no PONG: %v (closed: %v)", err, c.closeErr)
+		}
+		r = append(r, buf[:n]...)
+		if bytes.Contains(r, wire.AppendPong(nil, wire.Pong{Value: 7})) {
+			break
+		}
+	}
+	scratch := make(chan int, 1)
+	c.mu.Lock() // setLink set lk under it
+	lk := c.lk
+	c.mu.Unlock()
+	if err := lk.Execute(func() { scratch <- cap(c.in.msgs) }); err != nil {
+		t.Fatal(err)
+	}
+	if kept := <-scratch * int(unsafe.Sizeof(Message{})); kept > maxScratchMsgs*int(unsafe.Sizeof(Message{})) {
+		t.Errorf("the connection keeps %d MiB of scratch after a %d MiB frame", kept>>20, len(b)>>20)
+	}
+}
+
+// Every connection closed for a malformed or unexpected frame counts in
+// RefusedStats.ProtocolErrors: also an OPEN of a number already open (or
+// far beyond the open ones), and an AUTH frame on a connection that did
+// not agree to authenticate.
+func TestEveryProtocolFaultIsCounted(t *testing.T) {
+	rx := listeningNode(t, nil)
+	open := func(num uint32, i uint32) wire.Open {
+		id := taskid.ID{Processor: 9, Index: i}
+		return wire.Open{Channel: num, Source: id, Target: id, Epoch: 1}
+	}
+	for _, tc := range []struct {
+		name  string
+		input []byte
+	}{
+		{"an OPEN of a number already open", wire.AppendOpen(wire.AppendOpen(goodPreface(), open(0, 0)), open(0, 1))},
+		{"an OPEN of a number far beyond the open ones", wire.AppendOpen(goodPreface(), open(1<<20, 0))},
+		{"an AUTH frame without authentication", wire.AppendAuth(goodPreface(), wire.Auth{Step: wire.AuthChallenge})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := rx.Stats().Refused.ProtocolErrors
+			old := conns(rx)
+			nc := rawConn(t, rx.Addr())
+			c := acceptedConn(t, rx, old)
+			if _, err := nc.Write(tc.input); err != nil {
+				t.Fatal(err)
+			}
+			g, ok := readGoAway(t, nc)
+			if !ok || g.Code != wire.GoAwayProtocolError {
+				t.Fatalf("GOAWAY %v (%q, %v), want PROTOCOL_ERROR", g.Code, g.Message, ok)
+			}
+			<-c.done // closed, and counted
+			if got := rx.Stats().Refused.ProtocolErrors; got != before+1 {
+				t.Errorf("protocol errors %d, want %d (GOAWAY %q)", got, before+1, g.Message)
+			}
+		})
 	}
 }

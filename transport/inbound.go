@@ -110,6 +110,23 @@ func (c *conn) onData(f wire.Frame) error {
 		}
 		body = c.in.dbuf
 	}
+	err := c.readRuns(body)
+	if cap(c.in.msgs) > maxScratchMsgs {
+		c.in.msgs = nil // grown for a run far larger than honest ones
+	}
+	return err
+}
+
+// maxScratchMsgs is the most messages the scratch slice of a connection
+// (conn.in.msgs) keeps room for between DATA frames. A body of empty
+// messages holds one in every two bytes, and each takes a 32-byte Message:
+// kept, the room one frame made would be 16 times the frame, for as long
+// as the connection lives. 16384 is 512 KiB, and more than a 64 KiB batch
+// of messages of two bytes or more holds.
+const maxScratchMsgs = 1 << 14
+
+// readRuns hands the runs of a DATA body to their channels, for onData.
+func (c *conn) readRuns(body []byte) error {
 	rd := &c.in.rd
 	rd.Reset(body)
 	for {

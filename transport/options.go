@@ -209,10 +209,11 @@ func WithMaxReceivers(n int) Option { return func(o *options) { o.maxReceivers =
 // 12 MiB and 0.41 µs with 48 MiB.
 func WithPeerBudget(n int) Option { return func(o *options) { o.peerBudget = n } }
 
-// WithInboundBudget limits the payload bytes received on one connection and
-// not yet consumed by their target tasks. Flow control keeps an honest peer
-// far below it; a peer that ignores its windows and passes it loses the
-// connection. Default 64 MiB.
+// WithInboundBudget limits the memory of the messages received on one
+// connection and not yet consumed by their target tasks: their payload
+// bytes, and 32 bytes a message for its record. Flow control keeps an
+// honest peer far below it; a peer that ignores its windows and passes it
+// loses the connection. Default 64 MiB.
 func WithInboundBudget(n int) Option { return func(o *options) { o.inboundBudget = n } }
 
 // WithStallAlert makes the node warn in its log when one of its channels

@@ -48,6 +48,15 @@ func (c *conn) read() (keep, done bool) {
 		return true, false
 	}
 	c.lastRecv.Store(c.node.now())
+	// A peer that does not read what it is sent, yet sends on, would make
+	// the answers to what it sends (PONGs, ACKs) pile up here without
+	// bound: it loses the connection instead. This read adds at most the
+	// answers to what one read brought.
+	if n := c.backlog(); n > minBacklogLimit {
+		if limit := c.backlogLimit(); n > limit {
+			return c.fail(fmt.Errorf("%w: %d bytes wait for it, over the limit of %d", ErrPeerNotReading, n, limit), wire.GoAwayLimit), false
+		}
+	}
 	off := 0
 	if c.state.Load() == stHandshake {
 		n, open, ok := c.handshake(b)
@@ -99,6 +108,29 @@ func (c *conn) read() (keep, done bool) {
 	}
 	return true, true
 }
+
+// backlog is what the connection holds for its peer to read: its control
+// frames not yet written and what the link buffers. Loop only.
+func (c *conn) backlog() int {
+	c.mu.Lock()
+	n := len(c.mu.ctrl)
+	c.mu.Unlock()
+	return n + c.lk.OutboundBuffered()
+}
+
+// backlogLimit bounds backlog for a peer that reads. What an honest
+// connection holds for its peer is its windows' data, which the peer budget
+// bounds (twice: a batch re-sent while the first copy still waits), the
+// batches the batch policy lets be in flight, a control frame or two for
+// each channel (an OPEN, an ACKREQUEST, an ACK), and a margin for PINGs and
+// PONGs: 49 MiB with the defaults.
+func (c *conn) backlogLimit() int {
+	o := &c.node.o
+	return 2*o.peerBudget + o.batch.MaxInflight*o.maxFrame + 128*o.maxChannels + minBacklogLimit
+}
+
+// minBacklogLimit is the least backlogLimit, the margin for PINGs and PONGs.
+const minBacklogLimit = 1 << 20
 
 // fail reports a fault of the peer's: it tells the peer why with a GOAWAY,
 // logs, and closes this one connection. It returns false, for onTraffic.

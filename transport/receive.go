@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/lossdetect"
 	"github.com/sluicehq/sluice/taskid"
@@ -126,8 +127,9 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []Message)
 	// The budget is checked before the receiver accepts anything: a run
 	// accepted and then dropped would leave the receiver expecting
 	// messages after ones the task never got.
-	if c.inbound.Add(int64(size)) > int64(c.node.o.inboundBudget) {
-		c.inbound.Add(-int64(size))
+	cost := inboundCost(size, len(msgs))
+	if c.inbound.Add(cost) > int64(c.node.o.inboundBudget) {
+		c.inbound.Add(-cost)
 		return ErrInboundBudget
 	}
 	d := getDelivery(len(msgs), size)
@@ -139,8 +141,8 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []Message)
 	for _, m := range msgs[lo : lo+n] {
 		d.add(m)
 	}
-	if refused := size - d.bytes; refused > 0 {
-		c.inbound.Add(-int64(refused))
+	if refused := cost - inboundCost(d.bytes, len(d.msgs)); refused > 0 {
+		c.inbound.Add(-refused)
 	}
 	if len(d.msgs) == 0 {
 		putDelivery(d)
@@ -150,6 +152,18 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []Message)
 	in.push(d)
 	return nil
 }
+
+// messageCost is what a queued message costs the inbound budget beyond its
+// payload: its Message record. Without it a peer that ignores flow control
+// could queue any number of empty messages at no cost. An honest sender
+// stays within the budget all the same: its window charges its peer budget
+// (which is to stay below the receivers' inbound budget) a record of the
+// same size and the message's head for each message it retains.
+const messageCost = int(unsafe.Sizeof(Message{}))
+
+// inboundCost is what n messages of size payload bytes in all cost the
+// inbound budget.
+func inboundCost(size, n int) int64 { return int64(size) + int64(n)*int64(messageCost) }
 
 // acceptLocked asks the receiver about a run's messages, firstSeq on, and
 // counts what it refuses. The receiver accepts only its next sequence
@@ -374,7 +388,7 @@ func appendQueue[T any](q []T, head int, items ...T) ([]T, int) {
 // deliver gives d to h and counts its messages consumed.
 func deliver(h Handler, d *delivery) {
 	h(d.ch, d.first, d.msgs)
-	d.conn.inbound.Add(-int64(d.bytes))
+	d.conn.inbound.Add(-inboundCost(d.bytes, len(d.msgs)))
 	d.rs.consumed(d.ch.Epoch, d.first+uint64(len(d.msgs)))
 	putDelivery(d)
 }

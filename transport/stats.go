@@ -31,7 +31,7 @@ type RefusedStats struct {
 	HandshakeTimeouts uint64 `json:"handshake_timeouts"` // preface, authentication or TLS not done in time
 	ConnLimit         uint64 `json:"conn_limit"`         // over the connections-per-address limit
 	ProtocolErrors    uint64 `json:"protocol_errors"`    // malformed or unexpected frames, any time
-	Limits            uint64 `json:"limits"`             // a frame, channel or inbound-budget limit, any time
+	Limits            uint64 `json:"limits"`             // a frame, channel, inbound-budget or not-reading limit, any time
 }
 
 type securityCounters struct {
@@ -54,10 +54,11 @@ func (n *Node) countClose(err error) {
 	switch {
 	case errors.Is(err, ErrAuthFailed):
 		n.sec.authFailed.Add(1)
-	case errors.Is(err, ErrInboundBudget) || errors.Is(err, taskid.ErrTooManyChannels) || errors.Is(err, wire.ErrFrameTooLarge):
+	case errors.Is(err, ErrInboundBudget) || errors.Is(err, ErrPeerNotReading) || errors.Is(err, taskid.ErrTooManyChannels) || errors.Is(err, wire.ErrFrameTooLarge):
 		n.sec.limits.Add(1)
 	case errors.As(err, &fe) || errors.Is(err, wire.ErrBadMagic) || errors.Is(err, wire.ErrVersion) ||
-		errors.Is(err, wire.ErrReserved) || errors.Is(err, wire.ErrUnknownChannel) || errors.Is(err, ErrHandshake):
+		errors.Is(err, wire.ErrReserved) || errors.Is(err, wire.ErrUnknownChannel) || errors.Is(err, wire.ErrUnknownFrame) ||
+		errors.Is(err, taskid.ErrChannelInUse) || errors.Is(err, taskid.ErrChannelNumber) || errors.Is(err, ErrHandshake):
 		n.sec.protocol.Add(1)
 	}
 }
