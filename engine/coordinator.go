@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -477,6 +478,9 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			c.totals(res)
 			return nil, c.checkpointsLost(ctx, stateful, restore, has)
 		}
+		if err == nil && c.resumed != nil && gen == c.resumed.Gen {
+			c.resumed.Checkpoint, c.resumed.HasCheckpoint = restore, has
+		}
 		if err == nil {
 			c.restorable = c.restorable[:0]
 			if has {
@@ -687,27 +691,30 @@ func (c *Coordinator) closeAll() {
 	}
 }
 
-// latest is the newest checkpoint common to every stateful task: the least
-// of each node's newest common one (checkpoints complete in lockstep and
-// each task keeps two, so the least is present everywhere).
-func (c *Coordinator) latest(ctx context.Context, stateful [][]string) (int64, bool, error) {
-	ts, any := int64(math.MaxInt64), false
+// common lists the checkpoints, newest first, that every stateful task
+// has and can load on its node: a restore point outside it fails the
+// start of a task that cannot load it, after the nodes started before
+// discarded every newer checkpoint.
+func (c *Coordinator) common(ctx context.Context, stateful [][]string) ([]int64, error) {
+	var common []int64
+	first := true
 	for i, h := range c.handles {
 		if len(stateful[i]) == 0 {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
-		r, err := h.do(cctx, Request{Op: "latest", Tasks: stateful[i]})
+		r, err := h.do(cctx, Request{Op: "common", Tasks: stateful[i]})
 		cancel()
 		if err != nil {
-			return 0, false, err
+			return nil, fmt.Errorf("node %d common: %w", i, err)
 		}
-		if !r.LatestOK {
-			return 0, false, nil
+		if first {
+			common, first = r.Common, false
+			continue
 		}
-		ts, any = min(ts, r.LatestTs), true
+		common = slices.DeleteFunc(common, func(ts int64) bool { return !slices.Contains(r.Common, ts) })
 	}
-	return ts, any, nil
+	return common, nil
 }
 
 func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restore int64, has bool) error {

@@ -39,9 +39,12 @@ func (e *OtherJobError) Unwrap() error { return ErrOtherJob }
 // Resumed says where [Coordinator.Run] picked up a job that an earlier
 // coordinator's journal holds.
 type Resumed struct {
-	// Checkpoint is the completed checkpoint the job resumed from; with
-	// HasCheckpoint false none had completed and it resumed from the
-	// start of its sources' logs.
+	// Checkpoint is the completed checkpoint the job resumed from: the
+	// journal's last, or, when a worker could not load its copy of that
+	// one, the newest every stateful task could load. With HasCheckpoint
+	// false it resumed from the start of its sources' logs: none had
+	// completed, or none that every task could load was left, and no
+	// commit had cut the logs.
 	Checkpoint    int64
 	HasCheckpoint bool
 	// Gen is the first generation this coordinator ran: above every
@@ -237,23 +240,27 @@ func (c *Coordinator) checkpointsLost(ctx context.Context, stateful [][]string, 
 }
 
 // restorePoint is the checkpoint a generation restores: the journal's last
-// completed one, when the workers all hold it (their newest common one may
-// be later: saved everywhere, never journaled); otherwise, when a worker's
-// copy was found corrupt and skipped, the newest they all hold.
+// completed one, when every stateful task can load it on its node;
+// otherwise (a copy of it is corrupt or missing) the newest one they all
+// can load, which may be later than the journal's (saved everywhere, never
+// journaled) or older; none when there is no such checkpoint. Run refuses
+// one the logs no longer reach back to.
 func (c *Coordinator) restorePoint(ctx context.Context, stateful [][]string) (int64, bool, error) {
 	st := c.jr.State()
 	if !st.HasCheckpoint {
 		return 0, false, nil
 	}
-	ts, ok, err := c.latest(ctx, stateful)
-	if err != nil {
-		return 0, false, err
-	}
-	if stateless := !slices.ContainsFunc(stateful, func(s []string) bool { return len(s) > 0 }); stateless || (ok && ts >= st.Checkpoint) {
+	if stateless := !slices.ContainsFunc(stateful, func(s []string) bool { return len(s) > 0 }); stateless {
 		return st.Checkpoint, true, nil
 	}
-	// The workers no longer hold the journal's newest checkpoint (one was
-	// found corrupt and skipped): fall back to the newest they all hold;
-	// Run refuses it if the logs no longer reach back to it.
-	return ts, ok, nil
+	common, err := c.common(ctx, stateful)
+	switch {
+	case err != nil:
+		return 0, false, err
+	case slices.Contains(common, st.Checkpoint):
+		return st.Checkpoint, true, nil
+	case len(common) == 0:
+		return 0, false, nil
+	}
+	return common[0], true, nil
 }

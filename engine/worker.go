@@ -709,6 +709,12 @@ func (w *Worker) Latest(tasks []string) (int64, bool, error) {
 	return w.ckpts.LatestCommon(tasks)
 }
 
+// Common returns every checkpoint, newest first, that every named task has
+// on this node and that loads.
+func (w *Worker) Common(tasks []string) ([]int64, error) {
+	return w.ckpts.Common(tasks)
+}
+
 // removeAll deletes dir's contents (a fresh job).
 func removeAll(dir string) error {
 	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {

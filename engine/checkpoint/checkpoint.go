@@ -429,12 +429,53 @@ func (s *Store) LatestCommon(tasks []string) (ts int64, ok bool, err error) {
 	if len(tasks) == 0 {
 		return 0, false, nil
 	}
-	all, err := s.list()
+	cands, err := s.candidates(tasks)
 	if err != nil {
 		return 0, false, err
 	}
-	// Candidates: the first task's timestamps, newest first, that every
-	// other task has too.
+	for _, t := range cands {
+		good, err := s.validAll(tasks, t)
+		if err != nil {
+			return 0, false, err
+		}
+		if good {
+			return t, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// Common returns every timestamp, newest first, at which every listed task
+// has a checkpoint that verifies (none if tasks is empty). Like
+// LatestCommon it reads each candidate file in full.
+func (s *Store) Common(tasks []string) ([]int64, error) {
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	cands, err := s.candidates(tasks)
+	if err != nil {
+		return nil, err
+	}
+	var common []int64
+	for _, t := range cands {
+		good, err := s.validAll(tasks, t)
+		if err != nil {
+			return nil, err
+		}
+		if good {
+			common = append(common, t)
+		}
+	}
+	return common, nil
+}
+
+// candidates returns the timestamps, newest first, at which every task
+// has a checkpoint file, without verifying them.
+func (s *Store) candidates(tasks []string) ([]int64, error) {
+	all, err := s.list()
+	if err != nil {
+		return nil, err
+	}
 	var cands []int64
 	for _, t := range all[tasks[0]] {
 		common := true
@@ -448,23 +489,18 @@ func (s *Store) LatestCommon(tasks []string) (ts int64, ok bool, err error) {
 			cands = append(cands, t)
 		}
 	}
-	for _, t := range cands {
-		allValid := true
-		for _, task := range tasks {
-			good, err := s.valid(task, t)
-			if err != nil {
-				return 0, false, err
-			}
-			if !good {
-				allValid = false
-				break
-			}
-		}
-		if allValid {
-			return t, true, nil
+	return cands, nil
+}
+
+// validAll reports whether every task's checkpoint at ts verifies.
+func (s *Store) validAll(tasks []string, ts int64) (bool, error) {
+	for _, task := range tasks {
+		good, err := s.valid(task, ts)
+		if err != nil || !good {
+			return false, err
 		}
 	}
-	return 0, false, nil
+	return true, nil
 }
 
 // fileName is the checkpoint file name of task at ts.
