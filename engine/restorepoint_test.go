@@ -200,3 +200,73 @@ func checkSummedOver(t *testing.T, res *engine.Result, n uint64) {
 		t.Errorf("summed %d messages to %d, want %d to %d", got, sum, n, n*(n-1)/2)
 	}
 }
+
+// TestAStartThatCannotLoadItsRestorePointKeepsTheNewerCheckpoints starts
+// a worker whose two stateful tasks hold checkpoints at 100 and 200, to
+// restore 100, which the second task cannot load (its copy went bad after
+// the coordinator checked it). The start fails, and every task's 200 must
+// still be there, for the coordinator to restore next; Start used to
+// discard each task's newer checkpoints before it loaded its restore
+// point. A start that succeeds still discards them.
+func TestAStartThatCannotLoadItsRestorePointKeepsTheNewerCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	job := &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
+				return &jobs.GenSource{Size: 24, Limit: 1000}, nil
+			}},
+			{Name: "sum", Parallelism: 2, NewTask: func(int) (engine.Task, error) { return &crashAfter{limit: 1001}, nil }},
+		},
+		Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.RoundRobin}},
+	}
+	store, err := checkpoint.Open(filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func(n uint64) []byte {
+		b, _ := (&crashAfter{n: n, sum: n * (n - 1) / 2}).Snapshot(nil)
+		return b
+	}
+	tasks := []string{"task-1.0", "task-1.1"}
+	for _, task := range tasks {
+		for _, ts := range []int64{100, 200} {
+			if err := store.Save(task, ts, state(uint64(ts/2))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	bad := filepath.Join(dir, "checkpoints", "task-1.1@100.ckpt")
+	if err := os.WriteFile(bad, []byte("not a checkpoint"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	w, err := engine.NewWorker(job, engine.WorkerConfig{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	start := engine.StartCmd{Gen: 1, Node: 0, Addrs: []string{w.Addr()}, Placement: []int{0, 0, 0},
+		Restore: 100, HasRestore: true, Target: 300, Horizon: 400}
+	if err := w.Start(start); !errors.Is(err, checkpoint.ErrCorrupt) {
+		t.Fatalf("the start ended with %v, want task-1.1's corrupt checkpoint: the fault did not happen", err)
+	}
+	for _, task := range tasks {
+		if _, err := store.Load(task, 200); err != nil {
+			t.Errorf("after the failed start, %s's newer checkpoint: %v", task, err)
+		}
+	}
+
+	if err := store.Save("task-1.1", 100, state(50)); err != nil { // mended
+		t.Fatal(err)
+	}
+	start.Gen = 2
+	if err := w.Start(start); err != nil {
+		t.Fatalf("the start with every restore point intact: %v", err)
+	}
+	w.Stop()
+	for _, task := range tasks {
+		if tss, err := store.List(task); err != nil || !slices.Equal(tss, []int64{100}) {
+			t.Errorf("after a start from 100, %s holds checkpoints %v (%v), want only 100", task, tss, err)
+		}
+	}
+}

@@ -240,7 +240,9 @@ func (cmd *StartCmd) check(ids []taskid.ID) error {
 
 // Start stops the running generation, if any, and starts gen: stateful
 // tasks restored from the checkpoint, channels opened with epoch gen,
-// sources replaying their logs from the checkpoint's timestamp. A command
+// sources replaying their logs from the checkpoint's timestamp. The
+// checkpoints after the restore point are discarded only once every
+// stateful task has restored: a start that cannot load one keeps them. A command
 // that does not fit the job (a placement of another length, a node that
 // its Addrs do not name) is refused with an error before anything is
 // stopped: the running generation goes on. Once a source log of this
@@ -374,6 +376,16 @@ func (w *Worker) Start(cmd StartCmd) error {
 			}
 		}
 	}
+	// Only now that every stateful task has restored are the checkpoints
+	// after the restore point discarded: a start that fails to load one
+	// leaves them, and the coordinator may choose one of them next.
+	for id, t := range inc.tasks {
+		if t.state != nil {
+			if err := w.ckpts.DiscardAfter(ckptName(id), restoreTs); err != nil {
+				return fail(err)
+			}
+		}
+	}
 	w.inc.Store(inc)
 	for id := range inc.tasks {
 		if !w.registered[id] {
@@ -422,19 +434,14 @@ func (w *Worker) newTaskRun(inc *incarnation, id taskid.ID, proc Proc, cmd Start
 	t.state = st
 	name := ckptName(id)
 	if cmd.HasRestore {
-		if err := w.ckpts.DiscardAfter(name, cmd.Restore); err != nil {
-			return nil, err
-		}
+		// The checkpoints after cmd.Restore are discarded once every task
+		// of this worker has restored (see Start).
 		b, err := w.ckpts.Load(name, cmd.Restore)
 		if err != nil {
 			return nil, err
 		}
 		if err := st.Restore(b); err != nil {
 			return nil, fmt.Errorf("engine: restoring %v: %w", id, err)
-		}
-	} else {
-		if err := w.ckpts.DiscardAfter(name, math.MinInt64); err != nil {
-			return nil, err
 		}
 	}
 	cp, err := proc.NewTask(int(id.Index))
