@@ -36,17 +36,17 @@ type Response struct {
 	Err string `json:"err,omitempty"`
 	// LogLost marks an Err that wraps ErrSourceLogLost: no recovery can
 	// help, and the coordinator ends the run.
-	LogLost  bool        `json:"log_lost,omitempty"`
-	Clock    *ClockReply `json:"clock,omitempty"`
-	LatestTs int64       `json:"latest_ts,omitempty"`
-	LatestOK bool        `json:"latest_ok,omitempty"`
+	LogLost  bool                 `json:"log_lost,omitempty"`
+	Clock    *ClockReply          `json:"clock,omitempty"`
+	LatestTs int64                `json:"latest_ts,omitempty"`
+	LatestOK bool                 `json:"latest_ok,omitempty"`
+	Results  map[string][]byte    `json:"results,omitempty"`
+	Faults   transport.FaultStats `json:"faults"`
+	Event    *Event               `json:"event,omitempty"`
+	Addr     string               `json:"addr,omitempty"` // the hello line
 	// Common answers "common": the checkpoints, newest first, that every
 	// task the request names has and can load.
-	Common  []int64              `json:"common,omitempty"`
-	Results map[string][]byte    `json:"results,omitempty"`
-	Faults  transport.FaultStats `json:"faults"`
-	Event   *Event               `json:"event,omitempty"`
-	Addr    string               `json:"addr,omitempty"` // the hello line
+	Common []int64 `json:"common,omitempty"`
 }
 
 // lacks names the field that r, a successful answer to a call of op, must
