@@ -119,10 +119,9 @@ type Tracker struct {
 	quiet int64
 	drain int64 // least time between two drain-time requests
 
-	waiting     bool   // reopened: no data until the Open ack
-	openDue     bool   // an OPEN must be sent at the next Tick
-	openOut     bool   // an OPEN was sent and not answered
-	openSeq     uint64 // the transmit cursor when it was sent
+	waiting     bool // reopened: no data until the Open ack
+	openDue     bool // an OPEN must be sent at the next Tick
+	openOut     bool // an OPEN was sent and not answered
 	openAt      int64
 	openRepeats int
 
@@ -267,15 +266,18 @@ func (t *Tracker) OnDrained(now int64) (req AckRequest, ok bool) {
 // the window is rewound to a.Next; an ack of an older request only frees
 // credit (the outstanding one's answer, or its repeat, decides about loss),
 // which keeps one loss from causing one rewind per request in flight. For
-// the same reason an ack equal to the last applied one is a Duplicate, even
-// when the outstanding request has the same seq, except that an ack that
-// counts nothing (Count 0) is taken again once that request has been
-// repeated: the messages re-sent after its loss report were lost too.
+// the same reason an ack that reports what the last applied one did (the
+// same ReqSeq and Next: a copy of it, or a second answer to the same
+// request, which counts nothing) is a Duplicate, even when the outstanding
+// request has the same seq, except that an ack that counts nothing (Count
+// 0) is taken once that request has been repeated: the messages re-sent
+// after its loss report were lost too.
 //
 // An Open ack frees everything below a.Next; after Reopen it rewinds the
-// window to a.Next and allows sending again. For a brand-new channel it
-// rewinds only if a.Next is below what had been sent when the OPEN went out
-// (data sent before the target opened the channel was dropped). An Open ack
+// window to a.Next and allows sending again. A brand-new channel sends
+// right after its OPEN and does not rewind on the Open ack, which may come
+// long after more data went out; loss in that data is found by the
+// AckRequests that follow it. An Open ack
 // whose Next is below its ReqSeq (the OPEN's firstSeq) is Invalid: the target
 // expects messages this source may have freed, and the channel must be
 // closed.
@@ -296,13 +298,16 @@ func (t *Tracker) OnAck(now int64, a Ack) Outcome {
 	// An ack equal to the last applied one is a copy of it (the link
 	// duplicated it, or the target answered a duplicate of its request),
 	// and taking a copy for the answer to a newer request with the same seq
-	// would rewind a second time, re-sending what is still on its way. Two
-	// different answers are equal only when the second has nothing new
-	// (Count 0, the same Next): everything re-sent since the first was lost
-	// too. That answer is believed once the request has been repeated, a
-	// timeout after it went out with no answer that moved Next; until then
-	// it cannot be told from a copy.
-	isCopy := a == t.lastAck && (a.Count > 0 || t.reqRepeats == 0)
+	// would rewind a second time, re-sending what is still on its way. A
+	// second answer to the same request reports the same Next and ReqSeq
+	// with nothing new (Count 0), whatever the first one counted; so does
+	// the answer to a newer request with that seq when everything re-sent
+	// since the first was lost too. That answer is believed once the
+	// request has been repeated, a timeout after it went out with no answer
+	// that moved Next; until then it cannot be told from a copy.
+	last := t.lastAck
+	sameReport := a.Open == last.Open && a.Epoch == last.Epoch && a.ReqSeq == last.ReqSeq && a.Next == last.Next
+	isCopy := sameReport && (a.Count > 0 && a.Count == last.Count || a.Count == 0 && t.reqRepeats == 0)
 	if isCopy || a.Next < prevAcked || (a.Next == prevAcked && !(t.reqOut && a.ReqSeq == t.reqSeq)) {
 		t.stats.DuplicateAcks++
 		return Outcome{Verdict: Duplicate}
@@ -393,14 +398,12 @@ func (t *Tracker) rewind(next uint64, out *Outcome) {
 func (t *Tracker) Tick(now int64) (req AckRequest, ok bool) {
 	if t.openDue {
 		t.openDue, t.openOut, t.openAt, t.openRepeats = false, true, now, 0
-		t.openSeq = t.w.NextToSend()
 		t.stats.Opens++
 		return AckRequest{Open: true, Epoch: t.epoch, Seq: t.w.Acked()}, true
 	}
 	if t.openOut && now-t.openAt >= t.timeout(t.openRepeats) {
 		t.openAt = now
 		t.openRepeats++
-		t.openSeq = t.w.NextToSend()
 		t.stats.OpenRepeats++
 		return AckRequest{Open: true, Epoch: t.epoch, Seq: t.w.Acked()}, true
 	}

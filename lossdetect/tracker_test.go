@@ -289,11 +289,15 @@ func TestOnAck(t *testing.T) {
 			},
 			Ack{Epoch: 7, ReqSeq: 106, Count: 2, Next: 102},
 			Outcome{Verdict: Duplicate}, 102, 106, true},
-		{"a second answer with nothing new still rewinds",
+		{"a second answer with nothing new still rewinds once the request was repeated",
 			func(tr *Tracker, w *window.Sender) {
 				tr.OnAck(1*ms, Ack{Epoch: 7, ReqSeq: 106, Count: 2, Next: 102})
 				tr.OnSent(1*ms, 106)
-				tr.Tick(2 * ms)
+				if d, _ := tr.NextDeadline(); d > 3*ms {
+					panic("the repeat would come after the ack")
+				} else if req, ok := tr.Tick(d); !ok || req.Seq != 106 {
+					panic("no repeat of the request for 106")
+				}
 			},
 			Ack{Epoch: 7, ReqSeq: 106, Count: 0, Next: 102},
 			Outcome{Verdict: Accept, Lost: true, ResendFrom: 102, Resend: 4}, 102, 102, false},
@@ -595,5 +599,66 @@ func TestAnAnswerWithNothingNewIsNotTakenTwice(t *testing.T) {
 				t.Fatalf("the answer %+v to the repeated request: %+v, want a rewind to 100", again, out)
 			}
 		})
+	}
+}
+
+// TestAnAnswerWithNothingNewAfterAPartialLossIsNotTakenTwice is
+// TestAnAnswerWithNothingNewIsNotTakenTwice when the loss report counted
+// something: 100 and 101 arrive, 102 and 103 are lost. The target's second
+// answer to the same request (a duplicate or a repeat of it) then counts
+// nothing and reports the same loss: it is no answer to the request that
+// went out with the re-sent messages, must not rewind a second time and is
+// no round trip.
+func TestAnAnswerWithNothingNewAfterAPartialLossIsNotTakenTwice(t *testing.T) {
+	tr, w := newTestTracker(t, true)
+	r := NewReceiver()
+	openReq, _ := tr.Tick(0)
+	r.OnOpen(openReq.Epoch, openReq.Seq)
+	openAck, _ := r.Answer()
+	tr.OnAck(0, openAck)
+	req, ok := sendN(t, tr, w, 0, 4) // requests for 102 and 104; 104 outstanding
+	if !ok || req.Seq != 104 {
+		t.Fatalf("request %+v, %v; want one for 104", req, ok)
+	}
+	r.OnData(7, 100)
+	r.OnData(7, 101) // 102 and 103 are lost, and the request for 102
+	r.Consumed(102)
+	r.OnAckRequest(req.Epoch, req.Seq)
+	lossAck, _ := r.Answer()
+	if lossAck != (Ack{Epoch: 7, ReqSeq: 104, Count: 2, Next: 102}) {
+		t.Fatalf("answer %+v, want a loss report of 102 and 103 counting 2", lossAck)
+	}
+	if out := tr.OnAck(1*ms, lossAck); !out.Lost || out.ResendFrom != 102 || out.Resend != 2 {
+		t.Fatalf("the loss report: %+v, want a rewind to 102", out)
+	}
+	resent, ok := tr.OnSent(1*ms, w.NextSeq()) // 102 and 103 again, then a request
+	if !ok || resent.Seq != 104 {
+		t.Fatalf("re-sent two messages, request %+v, %v; want one for 104", resent, ok)
+	}
+	// The link duplicated the request for 104 (or it was repeated): the
+	// target answers it again before the re-sent messages arrive.
+	r.OnAckRequest(req.Epoch, req.Seq)
+	second, _ := r.Answer()
+	samples := tr.Stats().RTTSamples
+	out := tr.OnAck(1*ms+10*us, second)
+	if out.Verdict != Duplicate || out.Lost || w.NextToSend() != 104 {
+		t.Fatalf("the second answer %+v: %+v, cursor %d; want a duplicate and the cursor left at 104", second, out, w.NextToSend())
+	}
+	if _, ok := tr.Outstanding(); !ok {
+		t.Fatal("the second answer answered the request sent with the re-sent messages")
+	}
+	if s := tr.Stats(); s.RTTSamples != samples {
+		t.Fatalf("the second answer was taken as a round trip: %d samples, want %d", s.RTTSamples, samples)
+	}
+	// The re-sent messages were lost too: a timeout later the answer to the
+	// repeated request rewinds.
+	d, _ := tr.NextDeadline()
+	if rep, ok := tr.Tick(d); !ok || rep.Seq != 104 || rep.Open {
+		t.Fatalf("Tick at the timeout = %+v, %v; want the request for 104 again", rep, ok)
+	}
+	r.OnAckRequest(7, 104)
+	again, _ := r.Answer()
+	if out := tr.OnAck(d+10*us, again); !out.Lost || out.ResendFrom != 102 || out.Resend != 2 {
+		t.Fatalf("the answer %+v to the repeated request: %+v, want a rewind to 102", again, out)
 	}
 }
