@@ -48,15 +48,15 @@ func (f fanOut) Process(in []Message, out *Emitter) error {
 	return nil
 }
 
-// TestServeWorkerEndsWhenItsContextDoesDuringACall: a worker process told to
-// stop (loadgen node's context ends on SIGTERM) while a control call waits
-// on its generation (a checkpoint, for the lock of a task that waits for
-// credit from a node that never answers) returns ctx's error and closes its
-// worker. It used to wait for the call, which waits for the generation to
-// stop, which only its coordinator would have asked for: for ever.
-func TestServeWorkerEndsWhenItsContextDoesDuringACall(t *testing.T) {
+// stuckCall starts ServeWorker on a worker whose checkpoint call waits on
+// its generation: the call waits for the lock of a task that waits for
+// credit from a node that never answers. It returns once the call holds
+// the worker, with the pipe the coordinator writes requests to, ServeWorker's
+// context's cancel, and its result.
+func stuckCall(t *testing.T) (w *Worker, job *Job, dir string, coordinator *io.PipeWriter, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
 	processing := make(chan struct{}, 1)
-	job := &Job{
+	job = &Job{
 		Procs: []Proc{
 			{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return &oneRecord{}, nil }},
 			{Name: "fan", Parallelism: 1, NewTask: func(int) (Task, error) {
@@ -72,18 +72,18 @@ func TestServeWorkerEndsWhenItsContextDoesDuringACall(t *testing.T) {
 	}
 	dead := l.Addr().String() // the sink's node: nothing listens there
 	l.Close()
-	dir := t.TempDir()
-	w, err := NewWorker(job, WorkerConfig{Dir: dir, NoSync: true})
+	dir = t.TempDir()
+	w, err = NewWorker(job, WorkerConfig{Dir: dir, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	in, coordinator := io.Pipe()
-	defer coordinator.Close() // ends ServeWorker's reader
+	t.Cleanup(func() { coordinator.Close() }) // ends ServeWorker's reader
 	lines, out := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- ServeWorker(ctx, w, in, out); out.Close() }()
+	t.Cleanup(cancel)
+	served := make(chan error, 1)
+	go func() { served <- ServeWorker(ctx, w, in, out); out.Close() }()
 	answers := bufio.NewScanner(lines)
 	answers.Scan() // the hello line
 	send := func(req Request) {
@@ -129,6 +129,17 @@ func TestServeWorkerEndsWhenItsContextDoesDuringACall(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
+	return w, job, dir, coordinator, cancel, served
+}
+
+// TestServeWorkerEndsWhenItsContextDoesDuringACall: a worker process told to
+// stop (loadgen node's context ends on SIGTERM) while a control call waits
+// on its generation (a checkpoint, for the lock of a task that waits for
+// credit from a node that never answers) returns ctx's error and closes its
+// worker. It used to wait for the call, which waits for the generation to
+// stop, which only its coordinator would have asked for: for ever.
+func TestServeWorkerEndsWhenItsContextDoesDuringACall(t *testing.T) {
+	_, job, dir, _, cancel, done := stuckCall(t)
 	cancel()
 	select {
 	case err := <-done:
@@ -137,6 +148,31 @@ func TestServeWorkerEndsWhenItsContextDoesDuringACall(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second): // a hang guard, far beyond any wait
 		t.Fatal("ServeWorker still waits for its control call after its context ended")
+	}
+	again, err := NewWorker(job, WorkerConfig{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatalf("a new worker on the directory: %v (ServeWorker did not close its worker)", err)
+	}
+	again.Close()
+}
+
+// TestServeWorkerEndsWhenItsInputDoesDuringACall: a worker process whose
+// coordinator dies (its stdin ends: the coordinator was SIGKILLed, or the
+// agent lost the coordinator's connection) while a control call waits on
+// its generation returns and closes its worker, as it does when its input
+// ends between calls. It used to wait for the call for ever, since only
+// the dead coordinator could have stopped the generation: the process,
+// its port and its directory's lock outlived the run.
+func TestServeWorkerEndsWhenItsInputDoesDuringACall(t *testing.T) {
+	_, job, dir, coordinator, _, done := stuckCall(t)
+	coordinator.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("ServeWorker returned %v, want nil: its input ended", err)
+		}
+	case <-time.After(30 * time.Second): // a hang guard, far beyond any wait
+		t.Fatal("ServeWorker still waits for its control call after its input ended")
 	}
 	again, err := NewWorker(job, WorkerConfig{Dir: dir, NoSync: true})
 	if err != nil {
