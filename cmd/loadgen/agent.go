@@ -395,7 +395,12 @@ func (r *agentRun) run(ctx context.Context, ctlLocal net.Addr) error {
 	}
 	f := control.Findings{BySender: map[uint64]control.Received{}, Clamped: r.srv.rec.Clamped()}
 	for _, e := range m.Epochs {
-		f.BySender[e] = r.srv.session(e).received()
+		// Only the runs that sent here: a session made up for each epoch
+		// named would hold a latency histogram, so a short line could
+		// make the agent hold gigabytes.
+		if ss := r.srv.sessionIfAny(e); ss != nil {
+			f.BySender[e] = ss.received()
+		}
 	}
 	f.WireOut = int64(r.node.Stats().Totals().WireOut)
 	if err := r.cc.Send(control.Msg{Kind: control.KindFindings, Findings: &f}); err != nil {

@@ -103,6 +103,14 @@ func (s *server) session(epoch uint64) *session {
 	return ss
 }
 
+// sessionIfAny returns run epoch's session, or nil if it sent nothing (or
+// was forgotten).
+func (s *server) sessionIfAny(epoch uint64) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions[epoch]
+}
+
 // endSession returns run epoch's session (an empty one if the run sent
 // nothing) and forgets it: its send asks for the findings once serve has
 // consumed everything it sent.
