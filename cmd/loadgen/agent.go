@@ -194,6 +194,12 @@ func (a *agent) session(ctx context.Context, c net.Conn) {
 		}
 		return
 	}
+	if first.Kind == control.KindAuth && a.key == nil {
+		// A coordinator with a key: neither side runs anything.
+		a.logf("refused coordinator %s: it proves a key, and this agent has no --key-file", who)
+		_ = cc.Send(control.Msg{Kind: control.KindError, Error: "this agent has no --key-file: give the agent and the coordinator the same one, or neither"})
+		return
+	}
 	cc.SetMaxLine(control.MaxLine)
 	switch first.Kind {
 	case control.KindWorker, control.KindKill:

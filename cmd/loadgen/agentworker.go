@@ -218,6 +218,8 @@ func (l *agentLauncher) roundTrip(ctx context.Context, node int, m control.Msg, 
 		return fail(fmt.Errorf("%w: %v", errAgentLost, err))
 	case r.Kind == control.KindError:
 		return fail(fmt.Errorf("%w: %s", errAgentFailed, r.Error))
+	case r.Kind == control.KindAuth:
+		return fail(fmt.Errorf("%w: the agent requires a key; give coordinate the agents' --key-file", control.ErrAuth))
 	case r.Kind != want:
 		return fail(control.Expect(r, want))
 	}
