@@ -251,8 +251,14 @@ func (c *conn) ping(token int64) {
 // setLink gives c its link. With faults configured it is wrapped in a
 // faultLink, and c makes no direct writes, which would bypass it; otherwise
 // fd >= 0 enables direct writes on a duplicate of it. It runs before the
-// link delivers any event.
-func (c *conn) setLink(lk link, fd int) {
+// link delivers any event. It reports false if c was closed meanwhile (a
+// node shutting down closes its connections from its own goroutine,
+// Node.abort, which found no link to close): the caller then closes the
+// link and does not run it.
+func (c *conn) setLink(lk link, fd int) bool {
+	if hook := testHookSetLink.Load(); hook != nil {
+		(*hook)(c)
+	}
 	var faults *faultLink
 	if m := newFaultModel(c.node.o.faults, c.stream, &c.node.faultN); m != nil {
 		heal := func() {
@@ -263,15 +269,24 @@ func (c *conn) setLink(lk link, fd int) {
 		faults = newFaultLink(lk, m, c.node.now, heal, c.flush)
 		lk = faults
 	}
-	// Under c.mu: a node shutting down closes its connections from its own
-	// goroutine (Node.abort), maybe while a loop opens this one.
+	// Under c.mu: close marks c closed before it takes c.mu, and Node.abort
+	// reads lk under it once close returned, so either c is seen closed
+	// here or the link set here is closed there.
 	c.mu.Lock()
 	c.lk, c.faults = lk, faults
+	open := c.state.Load() != stClosed
 	c.mu.Unlock()
+	if !open {
+		return false
+	}
 	if faults == nil && fd >= 0 { // no direct writes past injected faults
 		c.setDirectFD(fd)
 	}
+	return true
 }
+
+// testHookSetLink, set only by tests, runs as setLink begins.
+var testHookSetLink atomic.Pointer[func(*conn)]
 
 // close records why the connection ends and detaches it; the caller makes
 // the link close the socket (onTraffic returning false, or lk.Close).

@@ -271,8 +271,13 @@ func (c *conn) setDirectFD(fd int) {
 		return
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state.Load() == stClosed {
+		// close has been or will be past its look at fd without it.
+		_ = unix.Close(dup)
+		return
+	}
 	c.fdMu.Lock()
 	c.fd = dup
 	c.fdMu.Unlock()
-	c.mu.Unlock()
 }

@@ -125,10 +125,9 @@ func (h *loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 	l := h.loads.of(gc.EventLoop())
 	l.enroll(c.node, +1)
 	c.load.Store(l)
-	if c.state.Load() == stClosed { // its node shut down while it was enrolled
-		return nil, gnet.Close
+	if c.state.Load() == stClosed || !c.setLink(gnetLink{gc}, gc.Fd()) {
+		return nil, gnet.Close // its node shut down while it was enrolled
 	}
-	c.setLink(gnetLink{gc}, gc.Fd())
 	c.node.timers.watchHandshake(c)
 	return c.opening(), gnet.None
 }

@@ -182,8 +182,12 @@ func (n *Node) accept(nc net.Conn) {
 // run it. On an error c is forgotten and nc closed.
 func (n *Node) run(nc net.Conn, c *conn) error {
 	if n.loops == nil {
+		defer n.links.Done() // track's count: the link's goroutines count now
 		l := newNetLink(nc, c, &n.links)
-		c.setLink(l, -1)
+		if !c.setLink(l, -1) {
+			_ = nc.Close() // closed by its node shutting down, before it had a link
+			return nil
+		}
 		n.timers.watchHandshake(c)
 		l.start(c.opening())
 		return nil
@@ -416,10 +420,11 @@ func (n *Node) Peer(addr string) (*Peer, error) {
 }
 
 // track counts c among the node's connections, unless the node is
-// closing. On gnet it also counts c in links, under mu, so that shutdown,
-// which sets closed before it waits for links, never waits while a
-// connection is being added: the close callback that follows every open
-// one gives it back (or run, if the loop never took the connection).
+// closing. It also counts c in links, under mu, so that shutdown, which
+// sets closed before it waits for links, never waits while a connection
+// is being added: on gnet the close callback that follows every open one
+// gives it back (or run, if the loop never took the connection); on the
+// net backend run does, once the link's goroutines count.
 func (n *Node) track(c *conn) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -427,9 +432,7 @@ func (n *Node) track(c *conn) bool {
 		return false
 	}
 	n.mu.conns[c] = struct{}{}
-	if n.loops != nil {
-		n.links.Add(1)
-	}
+	n.links.Add(1)
 	return true
 }
 
