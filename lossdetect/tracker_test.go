@@ -1,6 +1,7 @@
 package lossdetect
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -537,128 +538,79 @@ func TestOnDrainedIsSpacedByQuietAfterWithoutDrainEvery(t *testing.T) {
 	}
 }
 
-// TestAnAnswerWithNothingNewIsNotTakenTwice: both messages of a burst are
-// lost, so the answer to its request counts nothing (Count 0) and reports
-// the loss, and the source re-sends. A copy of that answer, made by the link
-// or by the target answering a duplicate of the request before the re-sent
-// messages arrive, reports again a loss the source has already acted on: it
-// must neither rewind a second time (re-sending what is still on its way),
-// nor answer the request that went out with the re-sent messages, nor count
-// as a round trip. The answer still counts when the re-sent messages were
+// TestAnAnswerWithNothingNewIsNotTakenTwice: the last two messages of a
+// burst are lost (and with them, when two arrived before them, the request
+// between), so the answer to the burst's last request reports the loss,
+// counting what arrived, and the source re-sends. A copy of that answer,
+// made by the link, or a second answer of the target's to a duplicate of
+// the request (which counts nothing), arriving before the re-sent
+// messages, reports again a loss the source has already acted on: it must
+// neither rewind a second time (re-sending what is still on its way), nor
+// answer the request that went out with the re-sent messages, nor count as
+// a round trip. The answer still counts when the re-sent messages were
 // lost too: a timeout later, the answer to the repeated request rewinds.
 func TestAnAnswerWithNothingNewIsNotTakenTwice(t *testing.T) {
-	for _, copied := range []string{"ack", "request"} {
-		t.Run("the link duplicates the "+copied, func(t *testing.T) {
-			tr, w := newTestTracker(t, true)
-			r := NewReceiver()
-			openReq, _ := tr.Tick(0)
-			r.OnOpen(openReq.Epoch, openReq.Seq)
-			openAck, _ := r.Answer()
-			tr.OnAck(0, openAck)
-			req, ok := sendN(t, tr, w, 0, 2) // 100 and 101 are lost
-			if !ok {
-				t.Fatal("no request after two messages")
-			}
-			r.OnAckRequest(req.Epoch, req.Seq)
-			lossAck, _ := r.Answer()
-			if lossAck != (Ack{Epoch: 7, ReqSeq: 102, Count: 0, Next: 100}) {
-				t.Fatalf("answer %+v, want a loss report of 100 and 101 counting nothing", lossAck)
-			}
-			if out := tr.OnAck(1*ms, lossAck); !out.Lost || out.ResendFrom != 100 || out.Resend != 2 {
-				t.Fatalf("the loss report: %+v, want a rewind to 100", out)
-			}
-			resent, ok := tr.OnSent(1*ms, w.NextSeq()) // 100 and 101 again, then a request
-			if !ok || resent.Seq != 102 {
-				t.Fatalf("re-sent two messages, request %+v, %v; want one for 102", resent, ok)
-			}
-			copyAck := lossAck
-			if copied == "request" {
+	for _, arrived := range []int{0, 2} {
+		for _, copied := range []string{"ack", "request"} {
+			t.Run(fmt.Sprintf("%d arrived, the link duplicates the %s", arrived, copied), func(t *testing.T) {
+				tr, w := newTestTracker(t, true)
+				r := NewReceiver()
+				openReq, _ := tr.Tick(0)
+				r.OnOpen(openReq.Epoch, openReq.Seq)
+				openAck, _ := r.Answer()
+				tr.OnAck(0, openAck)
+				lost := uint64(100 + arrived) // the first message lost
+				end := lost + 2
+				req, ok := sendN(t, tr, w, 0, arrived+2)
+				if !ok || req.Seq != end {
+					t.Fatalf("request %+v, %v; want one for %d", req, ok, end)
+				}
+				if arrived > 0 {
+					for seq := uint64(100); seq < lost; seq++ {
+						r.OnData(7, seq)
+					}
+					r.Consumed(lost)
+				}
 				r.OnAckRequest(req.Epoch, req.Seq)
-				copyAck, _ = r.Answer()
-			}
-			samples := tr.Stats().RTTSamples
-			out := tr.OnAck(1*ms+10*us, copyAck)
-			if out.Verdict != Duplicate || out.Lost || w.NextToSend() != 102 {
-				t.Fatalf("the copy %+v: %+v, cursor %d; want a duplicate and the cursor left at 102", copyAck, out, w.NextToSend())
-			}
-			if _, ok := tr.Outstanding(); !ok {
-				t.Fatal("the copy answered the request sent with the re-sent messages")
-			}
-			if s := tr.Stats(); s.RTTSamples != samples {
-				t.Fatalf("the copy was taken as a round trip: %d samples, want %d", s.RTTSamples, samples)
-			}
-			// The re-sent messages were lost too: the request is repeated,
-			// and its answer, the same report again, rewinds.
-			d, _ := tr.NextDeadline()
-			if rep, ok := tr.Tick(d); !ok || rep.Seq != 102 || rep.Open {
-				t.Fatalf("Tick at the timeout = %+v, %v; want the request for 102 again", rep, ok)
-			}
-			r.OnAckRequest(7, 102)
-			again, _ := r.Answer()
-			if out := tr.OnAck(d+10*us, again); !out.Lost || out.ResendFrom != 100 || out.Resend != 2 {
-				t.Fatalf("the answer %+v to the repeated request: %+v, want a rewind to 100", again, out)
-			}
-		})
-	}
-}
-
-// TestAnAnswerWithNothingNewAfterAPartialLossIsNotTakenTwice is
-// TestAnAnswerWithNothingNewIsNotTakenTwice when the loss report counted
-// something: 100 and 101 arrive, 102 and 103 are lost. The target's second
-// answer to the same request (a duplicate or a repeat of it) then counts
-// nothing and reports the same loss: it is no answer to the request that
-// went out with the re-sent messages, must not rewind a second time and is
-// no round trip.
-func TestAnAnswerWithNothingNewAfterAPartialLossIsNotTakenTwice(t *testing.T) {
-	tr, w := newTestTracker(t, true)
-	r := NewReceiver()
-	openReq, _ := tr.Tick(0)
-	r.OnOpen(openReq.Epoch, openReq.Seq)
-	openAck, _ := r.Answer()
-	tr.OnAck(0, openAck)
-	req, ok := sendN(t, tr, w, 0, 4) // requests for 102 and 104; 104 outstanding
-	if !ok || req.Seq != 104 {
-		t.Fatalf("request %+v, %v; want one for 104", req, ok)
-	}
-	r.OnData(7, 100)
-	r.OnData(7, 101) // 102 and 103 are lost, and the request for 102
-	r.Consumed(102)
-	r.OnAckRequest(req.Epoch, req.Seq)
-	lossAck, _ := r.Answer()
-	if lossAck != (Ack{Epoch: 7, ReqSeq: 104, Count: 2, Next: 102}) {
-		t.Fatalf("answer %+v, want a loss report of 102 and 103 counting 2", lossAck)
-	}
-	if out := tr.OnAck(1*ms, lossAck); !out.Lost || out.ResendFrom != 102 || out.Resend != 2 {
-		t.Fatalf("the loss report: %+v, want a rewind to 102", out)
-	}
-	resent, ok := tr.OnSent(1*ms, w.NextSeq()) // 102 and 103 again, then a request
-	if !ok || resent.Seq != 104 {
-		t.Fatalf("re-sent two messages, request %+v, %v; want one for 104", resent, ok)
-	}
-	// The link duplicated the request for 104 (or it was repeated): the
-	// target answers it again before the re-sent messages arrive.
-	r.OnAckRequest(req.Epoch, req.Seq)
-	second, _ := r.Answer()
-	samples := tr.Stats().RTTSamples
-	out := tr.OnAck(1*ms+10*us, second)
-	if out.Verdict != Duplicate || out.Lost || w.NextToSend() != 104 {
-		t.Fatalf("the second answer %+v: %+v, cursor %d; want a duplicate and the cursor left at 104", second, out, w.NextToSend())
-	}
-	if _, ok := tr.Outstanding(); !ok {
-		t.Fatal("the second answer answered the request sent with the re-sent messages")
-	}
-	if s := tr.Stats(); s.RTTSamples != samples {
-		t.Fatalf("the second answer was taken as a round trip: %d samples, want %d", s.RTTSamples, samples)
-	}
-	// The re-sent messages were lost too: a timeout later the answer to the
-	// repeated request rewinds.
-	d, _ := tr.NextDeadline()
-	if rep, ok := tr.Tick(d); !ok || rep.Seq != 104 || rep.Open {
-		t.Fatalf("Tick at the timeout = %+v, %v; want the request for 104 again", rep, ok)
-	}
-	r.OnAckRequest(7, 104)
-	again, _ := r.Answer()
-	if out := tr.OnAck(d+10*us, again); !out.Lost || out.ResendFrom != 102 || out.Resend != 2 {
-		t.Fatalf("the answer %+v to the repeated request: %+v, want a rewind to 102", again, out)
+				lossAck, _ := r.Answer()
+				if want := (Ack{Epoch: 7, ReqSeq: end, Count: uint64(arrived), Next: lost}); lossAck != want {
+					t.Fatalf("answer %+v, want the loss report %+v", lossAck, want)
+				}
+				if out := tr.OnAck(1*ms, lossAck); !out.Lost || out.ResendFrom != lost || out.Resend != 2 {
+					t.Fatalf("the loss report: %+v, want a rewind to %d", out, lost)
+				}
+				resent, ok := tr.OnSent(1*ms, w.NextSeq()) // the two again, then a request
+				if !ok || resent.Seq != end {
+					t.Fatalf("re-sent two messages, request %+v, %v; want one for %d", resent, ok, end)
+				}
+				copyAck := lossAck
+				if copied == "request" {
+					r.OnAckRequest(req.Epoch, req.Seq)
+					copyAck, _ = r.Answer()
+				}
+				samples := tr.Stats().RTTSamples
+				out := tr.OnAck(1*ms+10*us, copyAck)
+				if out.Verdict != Duplicate || out.Lost || w.NextToSend() != end {
+					t.Fatalf("the copy %+v: %+v, cursor %d; want a duplicate and the cursor left at %d", copyAck, out, w.NextToSend(), end)
+				}
+				if _, ok := tr.Outstanding(); !ok {
+					t.Fatal("the copy answered the request sent with the re-sent messages")
+				}
+				if s := tr.Stats(); s.RTTSamples != samples {
+					t.Fatalf("the copy was taken as a round trip: %d samples, want %d", s.RTTSamples, samples)
+				}
+				// The re-sent messages were lost too: the request is
+				// repeated, and its answer, the same report again, rewinds.
+				d, _ := tr.NextDeadline()
+				if rep, ok := tr.Tick(d); !ok || rep.Seq != end || rep.Open {
+					t.Fatalf("Tick at the timeout = %+v, %v; want the request for %d again", rep, ok, end)
+				}
+				r.OnAckRequest(7, end)
+				again, _ := r.Answer()
+				if out := tr.OnAck(d+10*us, again); !out.Lost || out.ResendFrom != lost || out.Resend != 2 {
+					t.Fatalf("the answer %+v to the repeated request: %+v, want a rewind to %d", again, out, lost)
+				}
+			})
+		}
 	}
 }
