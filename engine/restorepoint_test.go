@@ -49,15 +49,7 @@ func TestAResumedJobRestoresOnlyACheckpointEveryTaskCanLoad(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			const n = 200000
 			dir := filepath.Join(t.TempDir(), "data")
-			job := &engine.Job{
-				Procs: []engine.Proc{
-					{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
-						return &jobs.GenSource{Size: 24, Limit: n}, nil
-					}},
-					{Name: "sum", Parallelism: 2, NewTask: func(int) (engine.Task, error) { return &crashAfter{limit: n + 1}, nil }},
-				},
-				Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.RoundRobin}},
-			}
+			job := sumJob(n)
 			// The step between checkpoints at most doubles from 5000, so
 			// the first run completes at least four before 200000.
 			cfg := engine.Config{Dir: dir, Nodes: c.nodes, NoSync: true, InitialInterval: 5000, CheckpointEvery: 5 * time.Millisecond,

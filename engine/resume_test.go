@@ -166,15 +166,7 @@ func TestAResumedJobWhoseCheckpointIsGoneStopsBeforeDiscardingAnything(t *testin
 		t.Run(c.name, func(t *testing.T) {
 			const n = 400000
 			dir := filepath.Join(t.TempDir(), "data")
-			job := &engine.Job{
-				Procs: []engine.Proc{
-					{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
-						return &jobs.GenSource{Size: 24, Limit: n}, nil
-					}},
-					{Name: "sum", Parallelism: 2, NewTask: func(int) (engine.Task, error) { return &crashAfter{limit: n + 1}, nil }},
-				},
-				Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.RoundRobin}},
-			}
+			job := sumJob(n)
 			cfg := engine.Config{Dir: dir, NoSync: true, InitialInterval: 5000, CheckpointEvery: 5 * time.Millisecond,
 				LogSegmentBytes: 4 << 10, JobConfig: []byte("sum")}
 			c1, err := engine.NewCoordinator(job, cfg)
@@ -262,4 +254,19 @@ func checkpointFiles(t *testing.T, pattern string) map[string]string {
 		m[filepath.Base(f)] = string(b)
 	}
 	return m
+}
+
+// sumJob is a source of n generated records and two stateful tasks that
+// sum them (crashAfter, which never crashes with a limit above n), the
+// records dealt round robin.
+func sumJob(n int) *engine.Job {
+	return &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) {
+				return &jobs.GenSource{Size: 24, Limit: int64(n)}, nil
+			}},
+			{Name: "sum", Parallelism: 2, NewTask: func(int) (engine.Task, error) { return &crashAfter{limit: n + 1}, nil }},
+		},
+		Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.RoundRobin}},
+	}
 }
