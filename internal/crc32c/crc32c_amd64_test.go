@@ -70,6 +70,35 @@ func BenchmarkFold(b *testing.B) {
 	}
 }
 
+// forEachDispatch runs f once for each way update can compute on this CPU,
+// with the dispatch set as a CPU that has only those features would set it
+// (Method names it), so that a path that only some CPU models take is
+// checked on every CPU that can run it, not only on those that choose it.
+// Each run is a subtest named after the method; a method this CPU cannot
+// run is logged, not run.
+func forEachDispatch(t *testing.T, f func(t *testing.T)) {
+	defer func(f512, f bool) { fold512, folding = f512, f }(fold512, folding)
+	for _, d := range []struct {
+		method        string
+		ok            bool
+		fold512, fold bool
+	}{
+		{"512-bit fold", cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ && cpu.X86.HasSSE42, true, true},
+		{"256-bit fold with CRC32 streams", cpu.X86.HasAVX2 && hasVPCLMULQDQ() && cpu.X86.HasSSE42, false, true},
+		{"hash/crc32", true, false, false},
+	} {
+		if !d.ok {
+			t.Logf("%s: not on this CPU", d.method)
+			continue
+		}
+		fold512, folding = d.fold512, d.fold
+		if Method() != d.method {
+			t.Fatalf("dispatch set for %q reports %q", d.method, Method())
+		}
+		t.Run(d.method, f)
+	}
+}
+
 // Update as it runs where AVX-512 is missing or hidden (the hybrid fold,
 // then the 256-bit fold, then hash/crc32), checked on a CPU that has
 // AVX-512 too.

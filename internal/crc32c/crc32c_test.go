@@ -9,9 +9,11 @@ import (
 
 var stdTable = crc32.MakeTable(crc32.Castagnoli)
 
-// Every length from 0 to 4 KiB and a few long ones, at every alignment of
-// the start within 64 bytes, from random and from edge CRCs, gives what
-// hash/crc32 gives.
+// Under each dispatch this CPU can run (forEachDispatch), every length
+// from 0 to 8 KiB and 256 bytes (the 256-bit fold's hybrid takes 2 KiB a
+// turn, so this is up to four turns with every tail) and a few long ones,
+// at every alignment of the start within 64 bytes, from random and from
+// edge CRCs, gives what hash/crc32 gives.
 func TestUpdateMatchesHashCRC32(t *testing.T) {
 	t.Logf("on this CPU: %s", Method())
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -20,19 +22,49 @@ func TestUpdateMatchesHashCRC32(t *testing.T) {
 		buf[i] = byte(rng.Uint32())
 	}
 	lengths := []int{65536, 65536 + 17, 131072 - 1, 299_000}
-	for n := 0; n <= 4096; n++ {
+	for n := 0; n <= 8192+256; n++ {
 		lengths = append(lengths, n)
 	}
-	for _, n := range lengths {
-		for _, start := range []int{0, 1, 7, 63} {
-			p := buf[start : start+n]
-			for _, crc := range []uint32{0, ^uint32(0), rng.Uint32()} {
-				if got, want := Update(crc, p), crc32.Update(crc, stdTable, p); got != want {
-					t.Fatalf("Update(%08x, %d bytes at %d) = %08x, want %08x", crc, n, start, got, want)
+	forEachDispatch(t, func(t *testing.T) {
+		for _, n := range lengths {
+			for _, start := range []int{0, 1, 7, 63} {
+				p := buf[start : start+n]
+				for _, crc := range []uint32{0, ^uint32(0), rng.Uint32()} {
+					if got, want := Update(crc, p), crc32.Update(crc, stdTable, p); got != want {
+						t.Fatalf("Update(%08x, %d bytes at %d) = %08x, want %08x", crc, n, start, got, want)
+					}
 				}
 			}
 		}
+	})
+}
+
+// Under each dispatch, an input cut into pieces of random sizes, each piece
+// Updated from the CRC of those before it, gives the CRC of the whole: the
+// pieces start and end at every alignment and cross every block boundary.
+func TestUpdateInPiecesUnderEachDispatch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	buf := make([]byte, 200_000)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
 	}
+	forEachDispatch(t, func(t *testing.T) {
+		for range 300 {
+			start := rng.IntN(64)
+			p := buf[start : start+rng.IntN(len(buf)-64)]
+			crc := rng.Uint32()
+			want := crc32.Update(crc, stdTable, p)
+			got, pieces := crc, 0
+			for rest := p; len(rest) > 0; pieces++ {
+				n := min(len(rest), rng.IntN(10_000))
+				got = Update(got, rest[:n])
+				rest = rest[n:]
+			}
+			if got != want {
+				t.Fatalf("%d bytes at %d from %08x in %d pieces: %08x, want %08x", len(p), start, crc, pieces, got, want)
+			}
+		}
+	})
 }
 
 // The check value of CRC-32C, "123456789" -> 0xe3069283, and a long input
@@ -52,20 +84,24 @@ func TestKnownValues(t *testing.T) {
 	}
 }
 
-// A single flipped bit anywhere in a long input changes the CRC, as it
-// does hash/crc32's (the fold must not lose any lane).
+// Under each dispatch, a single flipped bit anywhere in a long input
+// changes the CRC, as it does hash/crc32's (the fold must not lose any lane;
+// the length takes the hybrid a turn, then the 256-bit fold a block, then
+// leaves a tail to hash/crc32).
 func TestEveryBitCounts(t *testing.T) {
-	p := make([]byte, 1024+256+32)
-	base := Update(0, p)
-	for i := range p {
-		for bit := range 8 {
-			p[i] ^= 1 << bit
-			if got, want := Update(0, p), crc32.Checksum(p, stdTable); got != want || got == base {
-				t.Fatalf("bit %d of byte %d flipped: %08x, want %08x (unflipped %08x)", bit, i, got, want, base)
+	forEachDispatch(t, func(t *testing.T) {
+		p := make([]byte, 2048+256+32)
+		base := Update(0, p)
+		for i := range p {
+			for bit := range 8 {
+				p[i] ^= 1 << bit
+				if got, want := Update(0, p), crc32.Checksum(p, stdTable); got != want || got == base {
+					t.Fatalf("bit %d of byte %d flipped: %08x, want %08x (unflipped %08x)", bit, i, got, want, base)
+				}
+				p[i] ^= 1 << bit
 			}
-			p[i] ^= 1 << bit
 		}
-	}
+	})
 }
 
 // Writing through New in pieces of any size gives the CRC of the whole.
