@@ -58,9 +58,17 @@ type outputs struct {
 	agg     *aggregator
 	slot    int
 
+	// qOf is the index in mu.q of the queue of each sent target, by
+	// edge, by target index (-1 where chained). Two edges to the same
+	// processor send to each target task on one channel (source, target,
+	// generation), whose acknowledgements count the messages of both: they
+	// share one queue, or each would take the other's acknowledged
+	// messages for its own and let go of its clock too early.
+	qOf [][]int
+
 	mu struct {
 		sync.Mutex
-		q      []ackQueue // by edge*targets flattened
+		q      []ackQueue // one per distinct channel
 		low    int64      // sources: no later record is below; tasks: Idle
 		failed bool
 	}
@@ -79,13 +87,25 @@ type mark struct {
 }
 
 func newOutputs(edges []outEdge, sends [][]*transport.Sender, agg *aggregator, low int64) *outputs {
-	o := &outputs{edges: edges, sends: sends, agg: agg, chained: make([][]*taskRun, len(edges))}
+	o := &outputs{edges: edges, sends: sends, agg: agg, chained: make([][]*taskRun, len(edges)), qOf: make([][]int, len(edges))}
 	o.em.edges = make([]emitEdge, len(edges))
+	byChannel := map[*transport.Sender]int{}
 	for i, e := range edges {
 		o.em.edges[i] = emitEdge{part: e.part, targets: make([]outBuf, e.n)}
 		o.chained[i] = make([]*taskRun, e.n)
-		for _, s := range sends[i] {
-			o.mu.q = append(o.mu.q, ackQueue{s: s})
+		o.qOf[i] = make([]int, len(sends[i]))
+		for t, s := range sends[i] {
+			if s == nil {
+				o.qOf[i][t] = -1
+				continue
+			}
+			q, ok := byChannel[s]
+			if !ok {
+				q = len(o.mu.q)
+				byChannel[s] = q
+				o.mu.q = append(o.mu.q, ackQueue{s: s})
+			}
+			o.qOf[i][t] = q
 		}
 	}
 	o.mu.low = low
@@ -139,7 +159,6 @@ func (o *outputs) reportLocked() {
 // the old one). It returns the number of messages sent.
 func (o *outputs) flush(ctx context.Context, low int64) (int, error) {
 	total := 0
-	k := 0
 	type sent struct {
 		q     int
 		n     int
@@ -152,8 +171,6 @@ func (o *outputs) flush(ctx context.Context, low int64) (int, error) {
 		ed := &o.em.edges[e]
 		for t := range ed.targets {
 			b := &ed.targets[t]
-			qi := k
-			k++
 			if len(b.ts) == 0 || err != nil {
 				b.reset()
 				continue
@@ -179,7 +196,7 @@ func (o *outputs) flush(ctx context.Context, low int64) (int, error) {
 			n, err = o.sends[e][t].SendRun(ctx, wm)
 			clear(wm)
 			if n > 0 {
-				runs = append(runs, sent{q: qi, n: n, minTs: b.minTs})
+				runs = append(runs, sent{q: o.qOf[e][t], n: n, minTs: b.minTs})
 			}
 			total += n
 			b.reset()

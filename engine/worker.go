@@ -312,6 +312,9 @@ func (w *Worker) Start(cmd StartCmd) error {
 			}
 			return fail(err)
 		}
+		// Two edges to one processor reach each of its tasks on one
+		// channel: one sender, whose acknowledgements outputs count once.
+		opened := map[taskid.ID]*transport.Sender{}
 		for e, ed := range edges {
 			sends[e] = make([]*transport.Sender, 0, ed.n)
 			for t := range ed.n {
@@ -320,6 +323,10 @@ func (w *Worker) Start(cmd StartCmd) error {
 					continue
 				}
 				tid := taskid.ID{Processor: uint32(ed.proc), Index: uint32(t)}
+				if s := opened[tid]; s != nil {
+					sends[e] = append(sends[e], s)
+					continue
+				}
 				peer, err := w.node.Peer(cmd.Addrs[where[tid]])
 				if err != nil {
 					return failTask(err)
@@ -328,6 +335,7 @@ func (w *Worker) Start(cmd StartCmd) error {
 				if err != nil {
 					return failTask(err)
 				}
+				opened[tid] = s
 				sends[e] = append(sends[e], s)
 			}
 		}
