@@ -73,7 +73,9 @@ func (h *holdingSink) Process(in []engine.Message, out *engine.Emitter) error {
 	return nil
 }
 
-func (h *holdingSink) Snapshot(dst []byte) ([]byte, error) { return binary.LittleEndian.AppendUint64(dst, h.n), nil }
+func (h *holdingSink) Snapshot(dst []byte) ([]byte, error) {
+	return binary.LittleEndian.AppendUint64(dst, h.n), nil
+}
 
 func (h *holdingSink) Restore(b []byte) error {
 	if len(b) != 8 {
