@@ -657,7 +657,26 @@ func (c *Coordinator) every(now time.Time) time.Duration {
 // limit is the step that matches every: the learned interval scaled to
 // that wall time. After a checkpoint the step doubles up to it.
 func (c *Coordinator) limit(now time.Time) int64 {
-	return max(1, int64(float64(c.interval)*float64(c.every(now))/float64(c.cfg.CheckpointEvery)))
+	return max(1, satInt64(float64(c.interval)*float64(c.every(now))/float64(c.cfg.CheckpointEvery)))
+}
+
+// satAdd is a+b for b >= 0, at most math.MaxInt64: timestamps may come
+// close to it, and a checkpoint time or horizon that wrapped round to a
+// negative one would go back below checkpoints already taken.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// satInt64 converts f >= 0 to int64, at most math.MaxInt64 (converting a
+// larger float is implementation-defined: math.MinInt64 on amd64).
+func satInt64(f float64) int64 {
+	if f >= math.MaxInt64 { // float64(math.MaxInt64) is 2^63
+		return math.MaxInt64
+	}
+	return int64(f)
 }
 
 func (c *Coordinator) nodeFaults(i int) transport.Faults {
@@ -737,8 +756,8 @@ func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restor
 		// work redone is kept even if the next failure follows closely.
 		c.step = max(1, c.interval/rampStart)
 	}
-	c.target = base + c.step
-	c.horizon = c.target + c.step
+	c.target = satAdd(base, c.step)
+	c.horizon = satAdd(c.target, c.step)
 	for i, h := range c.handles {
 		cmd := StartCmd{Gen: gen, Node: i, Addrs: addrs, Placement: place, Restore: restore, HasRestore: has,
 			Target: c.target, Horizon: c.horizon}
@@ -824,8 +843,8 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 			// (a large state) gets checkpoints twice its own length
 			// apart, so that checkpointing never takes most of the time.
 			period := max(c.cfg.CheckpointEvery, 2*took)
-			want := int64(float64(tc-lastTc) * float64(period) / float64(el))
-			c.interval = max(1, min(max(want, c.interval/4), c.interval*4))
+			want := satInt64(float64(tc-lastTc) * float64(period) / float64(el))
+			c.interval = max(1, min(max(want, c.interval/4), min(c.interval, math.MaxInt64/4)*4))
 		}
 		limit := c.limit(now)
 		if c.step >= limit {
@@ -833,12 +852,12 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 		} else {
 			lastDone = time.Time{}
 		}
-		c.step = max(1, min(2*c.step, limit))
+		c.step = max(1, min(satAdd(c.step, c.step), limit))
 		if err := c.journalCheckpoint(gen, tc); err != nil {
 			return nil, err
 		}
 		c.target = next
-		c.horizon = next + c.step
+		c.horizon = satAdd(next, c.step)
 		if _, err := c.all(ctx, Request{Op: "horizon", Gen: gen, Ts: c.horizon}); err != nil {
 			return nil, err
 		}

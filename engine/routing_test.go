@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -150,6 +152,75 @@ func TestTwoEdgesBetweenTheSameTasksBothHoldTheClock(t *testing.T) {
 			if len(b) != 8 || binary.LittleEndian.Uint64(b) != 4 {
 				t.Errorf("the sink's result is %x, want 4 messages", b)
 			}
+		})
+	}
+}
+
+// farSource is sparseSource with timestamps at the end of the int64 range:
+// the first half of its n records at 0, 1, ..., the second half just below
+// math.MaxInt64 (which is clock.Idle, the clock of a finished task).
+type farSource struct{ n, next uint64 }
+
+func (s *farSource) ts(i uint64) int64 {
+	if i < s.n/2 {
+		return int64(i)
+	}
+	return math.MaxInt64 - int64(s.n) + int64(i)
+}
+
+func (s *farSource) Start(next int64) error {
+	for s.next = 0; s.next < s.n && s.ts(s.next) < next; s.next++ {
+	}
+	return nil
+}
+
+func (s *farSource) Read(dst []engine.Record, limit int64) ([]engine.Record, int64, error) {
+	for k := 0; k < 16 && s.next < s.n && s.ts(s.next) < limit; k++ {
+		p := make([]byte, 16)
+		binary.LittleEndian.PutUint64(p[8:], s.next)
+		dst = append(dst, engine.Record{Ts: s.ts(s.next), Payload: p})
+		s.next++
+	}
+	if s.next >= s.n {
+		return dst, math.MaxInt64, io.EOF
+	}
+	return dst, s.ts(s.next), nil
+}
+
+// TestTimestampsNearTheEndOfTheInt64RangeAreCheckpointedInOrder: the
+// checkpoint schedule (target, horizon, interval, step) must not wrap
+// round when the clock jumps close to math.MaxInt64: a horizon of next +
+// step that wrapped negative became the next checkpoint time, below the
+// one just taken ("journal: record out of order: checkpoint -75... after
+// checkpoint 62..."), and the run failed. Without and with crashes, every
+// record is summed once.
+func TestTimestampsNearTheEndOfTheInt64RangeAreCheckpointedInOrder(t *testing.T) {
+	// With limit 220 the sink fails once, after the clock's jump, and
+	// the job recovers from a checkpoint near the end of the range.
+	for _, limit := range []int{1 << 30, 220} {
+		t.Run(fmt.Sprint("failing after ", limit, " messages"), func(t *testing.T) {
+			const n = 400
+			job := &engine.Job{
+				Procs: []engine.Proc{
+					{Name: "gen", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return &farSource{n: n}, nil }},
+					{Name: "sum", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return &crashAfter{limit: limit}, nil }},
+				},
+				Edges: []engine.Edge{{From: "gen", To: "sum", Partitioner: engine.Hash}},
+			}
+			c, err := engine.NewCoordinator(job, engine.Config{Dir: filepath.Join(t.TempDir(), "data"), NoSync: true,
+				InitialInterval: 50, CheckpointEvery: 5 * time.Millisecond,
+				Restart: engine.RestartPolicy{MaxRestarts: 5, Window: time.Hour, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := runSummed(t, c, n)
+			if res.Checkpoints == 0 {
+				t.Errorf("no checkpoint was taken")
+			}
+			if limit < n && res.Recoveries == 0 {
+				t.Errorf("no recovery: the failure was not exercised")
+			}
+			t.Logf("checkpoints %d recoveries %d", res.Checkpoints, res.Recoveries)
 		})
 	}
 }
