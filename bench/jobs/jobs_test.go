@@ -231,3 +231,16 @@ func TestBuildRefusesSpecsOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// WriteCounts writes every word, sorted by byte order, once, as
+// word<TAB>count lines each ending in a newline: the expected text is
+// written out by hand, not by the function under test.
+func TestWriteCountsWritesEveryWordSorted(t *testing.T) {
+	var b bytes.Buffer
+	if err := WriteCounts(&b, map[string]int64{"b": 2, "a": 1, "é": 7, "Z": 3}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Z\t3\na\t1\nb\t2\né\t7\n"; b.String() != want {
+		t.Errorf("WriteCounts wrote %q, want %q", b.String(), want)
+	}
+}

@@ -311,6 +311,18 @@ func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConf
 		wantWords += v
 	}
 	lost, dup, diff := jobs.CompareCounts(counts, want)
+	// The output file is what the user gets: read it back and hold it
+	// against the independent count too, so that a count lost or changed
+	// on its way to the file fails the check as one lost in the job does.
+	written, err := readCountsFile(ec.output)
+	if err != nil {
+		return nil, nil, err
+	}
+	wlost, wdup, wdiff := jobs.CompareCounts(written, want)
+	lost, dup = max(lost, wlost), max(dup, wdup)
+	for _, d := range wdiff {
+		diff = append(diff, "in "+ec.output+": "+d)
+	}
 	r := engineReport("wordcount", map[string]any{"input": ec.input, "output": ec.output, "nodes": ec.nodes,
 		"faults": tc.faults, "seed": tc.seed, "parallelism": ec.parallelism, "checkpoint_every": ec.ckptEvery.String()}, res, elapsed, prog)
 	r.MessagesSent = wantWords
@@ -325,6 +337,35 @@ func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConf
 		r.Notes = append(r.Notes, "differs from the independent count: "+d)
 	}
 	return r, nil, nil
+}
+
+// readCountsFile reads the word<TAB>count lines word count wrote, with
+// nothing of jobs.WriteCounts: a word at most once, every line ending in a
+// newline, counts positive.
+func readCountsFile(path string) (map[string]int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]int64{}
+	if len(b) == 0 {
+		return m, nil
+	}
+	if b[len(b)-1] != '\n' {
+		return nil, fmt.Errorf("%s: the last line has no newline (a truncated file?)", path)
+	}
+	for i, line := range strings.Split(string(b[:len(b)-1]), "\n") {
+		w, c, ok := strings.Cut(line, "\t")
+		n, perr := strconv.ParseInt(c, 10, 64)
+		if !ok || w == "" || perr != nil || n <= 0 {
+			return nil, fmt.Errorf("%s: line %d is not word<TAB>count: %q", path, i+1, line)
+		}
+		if _, dup := m[w]; dup {
+			return nil, fmt.Errorf("%s: word %q on two lines", path, w)
+		}
+		m[w] = n
+	}
+	return m, nil
 }
 
 func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfig, sec nodeFlags, stderr io.Writer) (*bench.Report, *bench.Recorder, error) {

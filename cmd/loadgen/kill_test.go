@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -135,9 +137,16 @@ func wordCountInput(t *testing.T, dir string, n int, seed uint64) (input string,
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Formatted here, not by jobs.WriteCounts, which writes the output
+	// under test: a line it lost would be lost from want too.
+	words := make([]string, 0, len(ref))
+	for w := range ref {
+		words = append(words, w)
+	}
+	sort.Strings(words)
 	var b bytes.Buffer
-	if err := jobs.WriteCounts(&b, ref); err != nil {
-		t.Fatal(err)
+	for _, w := range words {
+		b.WriteString(w + "\t" + strconv.FormatInt(ref[w], 10) + "\n")
 	}
 	return input, b.Bytes()
 }
@@ -147,4 +156,31 @@ func tail(b []byte, n int) []byte {
 		return b[len(b)-n:]
 	}
 	return b
+}
+
+// The word count check reads the output file back: a file with a line
+// lost, a count changed, a word twice or a last line cut short does not
+// read as the counts it should hold.
+func TestReadCountsFileReadsWhatWasWrittenAndRefusesTheMalformed(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) string {
+		p := filepath.Join(dir, "c.tsv")
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	m, err := readCountsFile(write("a\t1\nb\t22\n"))
+	if err != nil || len(m) != 2 || m["a"] != 1 || m["b"] != 22 {
+		t.Fatalf("read %v, %v; want a 1, b 22", m, err)
+	}
+	want := map[string]int64{"a": 1, "b": 22}
+	if lost, dup, _ := jobs.CompareCounts(map[string]int64{"a": 1}, want); lost != 22 || dup != 0 {
+		t.Errorf("a file missing b's line compares as %d lost, %d duplicated; want 22, 0", lost, dup)
+	}
+	for _, bad := range []string{"a\t1\nb\t2", "a\t1\na\t1\n", "a 1\n", "a\t0\n", "\t3\n", "a\tx\n"} {
+		if m, err := readCountsFile(write(bad)); err == nil {
+			t.Errorf("%q read as %v, want an error", bad, m)
+		}
+	}
 }
