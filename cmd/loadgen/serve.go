@@ -155,8 +155,8 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 		var n, bytes, malformed int64
 		var lats latencyGroup
 		for _, m := range msgs {
-			if len(m.Payload) < headerLen {
-				malformed++ // no sequence number: neither delivered nor a gap
+			if !wellFormed(m.Payload) {
+				malformed++ // no sequence number, or not loadgen's payload: neither delivered nor a gap
 				continue
 			}
 			intended, seq := bench.Stamped(m.Payload)

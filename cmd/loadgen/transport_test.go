@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/load"
 	"github.com/sluicehq/sluice/transport"
 )
 
@@ -133,6 +134,30 @@ func TestCheckerCountsShortPayloadsAsMalformed(t *testing.T) {
 	k.observe(0, []transport.Message{stamped(0), {Payload: []byte("short")}, stamped(2)}, 0, bench.NewRecorder())
 	if d, g, m := k.delivered.Load(), k.gaps.Load(), k.malformed.Load(); d != 2 || g != 1 || m != 1 {
 		t.Fatalf("delivered %d, gaps %d, malformed %d; want 2 delivered, 1 gap (sequence 1) and 1 malformed", d, g, m)
+	}
+}
+
+// A payload whose filler is not loadgen's (a byte changed on the way, a
+// payload cut short) is malformed too: not delivered, so that the run's
+// check fails. The good payloads come from load.Payload, the senders' own.
+func TestCheckerCountsPayloadsWithAChangedByteAsMalformed(t *testing.T) {
+	k := &checker{chans: make([]chanCheck, 1)}
+	stamped := func(seq uint64) transport.Message {
+		p := load.Payload(100)
+		bench.Stamp(p, 0, seq)
+		return transport.Message{Payload: p}
+	}
+	changed := stamped(1)
+	changed.Payload[99] ^= 1
+	cut := stamped(3)
+	cut.Payload = cut.Payload[:99]
+	cut.Payload[98] ^= 1
+	k.observe(0, []transport.Message{stamped(0), changed, stamped(2), cut, stamped(4)}, 0, bench.NewRecorder())
+	if d, g, m := k.delivered.Load(), k.gaps.Load(), k.malformed.Load(); d != 3 || g != 2 || m != 2 {
+		t.Fatalf("delivered %d, gaps %d, malformed %d; want 3 delivered, 2 gaps (sequences 1 and 3) and 2 malformed", d, g, m)
+	}
+	if !wellFormed(load.Payload(maxSize)) || !wellFormed(load.Payload(headerLen)) {
+		t.Error("load.Payload's own payloads are not well formed")
 	}
 }
 
