@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -64,6 +65,31 @@ func Stamp(msg []byte, intended int64, seq uint64) {
 // Stamped returns what [Stamp] wrote into msg.
 func Stamped(msg []byte) (intended int64, seq uint64) {
 	return int64(binary.LittleEndian.Uint64(msg)), binary.LittleEndian.Uint64(msg[8:])
+}
+
+// fillerLen is how long a payload [Filled] can check: loadgen's largest
+// (a channel's default window).
+const fillerLen = 1 << 20
+
+// filler is what follows the stamp in every payload the baselines and
+// loadgen send ('a' + i%26 at byte i), written out here from that
+// definition rather than by the writers, so that a reader comparing with
+// it checks them independently.
+var filler = func() []byte {
+	b := make([]byte, fillerLen)
+	for i := StampLen; i < len(b); i++ {
+		b[i] = "abcdefghijklmnopqrstuvwxyz"[i%26]
+	}
+	return b
+}()
+
+// Filled reports whether msg is a stamped payload as the baselines and
+// loadgen send it: a stamp, then exactly their filler. A reader that
+// checks it catches a byte changed on the way after any checksum of the
+// transport's (in the receiving node, in a handler's buffer), which a
+// sequence number alone would not.
+func Filled(msg []byte) bool {
+	return len(msg) >= StampLen && len(msg) <= fillerLen && bytes.Equal(msg[StampLen:], filler[StampLen:len(msg)])
 }
 
 // checkSize refuses message sizes the baselines cannot carry.
@@ -237,7 +263,11 @@ func readPacked(r io.Reader, size int, ack io.Writer, every int) (Delivery, erro
 			if have-used < 4+l {
 				break
 			}
-			_, seq := Stamped(buf[used+4:])
+			msg := buf[used+4 : used+4+l]
+			_, seq := Stamped(msg)
+			if !Filled(msg) {
+				return d, fmt.Errorf("%w: message %d is not the writer's", ErrBadMessage, seq)
+			}
 			d.Observe(seq)
 			got++
 			used += 4 + l

@@ -19,9 +19,44 @@ func packed(size int, seqs ...uint64) []byte {
 		b = binary.BigEndian.AppendUint32(b, uint32(size))
 		msg := make([]byte, size)
 		binary.LittleEndian.PutUint64(msg[8:], s)
+		for i := StampLen; i < size; i++ {
+			msg[i] = byte('a' + i%26)
+		}
 		b = append(b, msg...)
 	}
 	return b
+}
+
+// changed returns b with byte i flipped.
+func changed(b []byte, i int) []byte {
+	b[i] ^= 1
+	return b
+}
+
+// Filled holds a payload against the filler as defined, not as a writer
+// makes it: each byte after the stamp, and nothing beyond what it can check.
+func TestFilledChecksEveryByteAfterTheStamp(t *testing.T) {
+	msg := make([]byte, 100)
+	for i := StampLen; i < len(msg); i++ {
+		msg[i] = "abcdefghijklmnopqrstuvwxyz"[i%26]
+	}
+	Stamp(msg, 7, 9) // the stamp is not the filler's
+	if !Filled(msg) || !Filled(msg[:StampLen]) {
+		t.Fatal("a stamped payload with the filler is not Filled")
+	}
+	for i := StampLen; i < len(msg); i++ {
+		if Filled(changed(msg, i)) {
+			t.Errorf("byte %d changed, still Filled", i)
+		}
+		changed(msg, i)
+	}
+	long := make([]byte, fillerLen+1)
+	for i := StampLen; i < len(long); i++ {
+		long[i] = byte('a' + i%26)
+	}
+	if Filled(msg[:StampLen-1]) || Filled(long) || !Filled(long[:fillerLen]) {
+		t.Error("a payload shorter than a stamp, or longer than the filler, is Filled; or the longest is not")
+	}
 }
 
 func TestPackedRoundTrip(t *testing.T) {
@@ -78,8 +113,13 @@ func TestReadPackedFindsBadStreams(t *testing.T) {
 		{"a cut message", packed(16, 0, 1)[:30], Delivery{Delivered: 1}, ErrBadMessage},
 		{"a cut length", packed(16, 0, 1)[:22], Delivery{Delivered: 1}, ErrBadMessage},
 		{"nothing", nil, Delivery{}, nil},
+		{"a changed byte after the stamp", changed(packed(20, 0, 1), 4+20+4+StampLen+1), Delivery{Delivered: 1}, ErrBadMessage},
 	} {
-		d, err := ReadPacked(bytes.NewReader(c.stream), 16)
+		size := 16
+		if c.name == "a changed byte after the stamp" {
+			size = 20
+		}
+		d, err := ReadPacked(bytes.NewReader(c.stream), size)
 		if !errors.Is(err, c.err) || (err == nil) != (c.err == nil) {
 			t.Errorf("%s: error %v, want %v", c.name, err, c.err)
 		}

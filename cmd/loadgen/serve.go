@@ -155,7 +155,7 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 		var n, bytes, malformed int64
 		var lats latencyGroup
 		for _, m := range msgs {
-			if !wellFormed(m.Payload) {
+			if !bench.Filled(m.Payload) {
 				malformed++ // no sequence number, or not loadgen's payload: neither delivered nor a gap
 				continue
 			}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -171,26 +170,6 @@ func malformedNote(n int64) string {
 	return fmt.Sprintf("%d messages arrived with payloads shorter than the %d-byte header (send time and sequence number) or whose filler is not what loadgen sends: malformed, counted neither as delivered nor as missing", n, headerLen)
 }
 
-// fillerRef holds, after the header, the filler every loadgen payload
-// carries (load.Payload's), written out here from its definition, not by
-// load.Payload: a receiver compares each payload's filler with it, so a
-// byte changed on the way (after the transport's CRC, in the receiving
-// node, in a handler's buffer) makes the message malformed instead of
-// delivered.
-var fillerRef = func() []byte {
-	b := make([]byte, maxSize)
-	for i := headerLen; i < len(b); i++ {
-		b[i] = "abcdefghijklmnopqrstuvwxyz"[i%26]
-	}
-	return b
-}()
-
-// wellFormed reports whether p is a loadgen payload: a header, then
-// exactly loadgen's filler.
-func wellFormed(p []byte) bool {
-	return len(p) >= headerLen && len(p) <= len(fillerRef) && bytes.Equal(p[headerLen:], fillerRef[headerLen:len(p)])
-}
-
 type chanCheck struct {
 	bench.Delivery
 	_ [64]byte // keep channels on their own cache lines
@@ -203,7 +182,7 @@ func (k *checker) observe(ch int, msgs []transport.Message, now int64, rec *benc
 	var lats latencyGroup
 	for _, m := range msgs {
 		p := m.Payload
-		if !wellFormed(p) {
+		if !bench.Filled(p) {
 			malformed++
 			continue
 		}

@@ -156,7 +156,7 @@ func TestCheckerCountsPayloadsWithAChangedByteAsMalformed(t *testing.T) {
 	if d, g, m := k.delivered.Load(), k.gaps.Load(), k.malformed.Load(); d != 3 || g != 2 || m != 2 {
 		t.Fatalf("delivered %d, gaps %d, malformed %d; want 3 delivered, 2 gaps (sequences 1 and 3) and 2 malformed", d, g, m)
 	}
-	if !wellFormed(load.Payload(maxSize)) || !wellFormed(load.Payload(headerLen)) {
+	if !bench.Filled(load.Payload(maxSize)) || !bench.Filled(load.Payload(headerLen)) {
 		t.Error("load.Payload's own payloads are not well formed")
 	}
 }
