@@ -510,7 +510,10 @@ func fileName(task string, ts int64) string {
 	const hex = "0123456789ABCDEF"
 	for i := 0; i < len(task); i++ {
 		c := task[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-' {
+		// A leading '.' is escaped: the name would otherwise be hidden,
+		// and one starting with tmpPrefix taken for a temporary file
+		// (never listed, and removed by the next Open).
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' && i > 0 || c == '_' || c == '-' {
 			b.WriteByte(c)
 		} else {
 			b.WriteByte('%')

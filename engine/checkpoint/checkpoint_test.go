@@ -97,6 +97,32 @@ func TestFileNamesRoundTripEveryTaskName(t *testing.T) {
 	}
 }
 
+// TestATaskNamedLikeATemporaryFileKeepsItsCheckpoint: a task whose name
+// starts with the temporary files' prefix (or any '.') saves a checkpoint
+// that is listed, loads, and survives the next Open, which removes the
+// temporary files of interrupted saves.
+func TestATaskNamedLikeATemporaryFileKeepsItsCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.NoSync = true
+	for _, task := range []string{tmpPrefix + "x", ".hidden"} {
+		s, err := OpenConfig(dir, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Save(task, 3, []byte("state")); err != nil {
+			t.Fatal(err)
+		}
+		if s, err = OpenConfig(dir, cfg); err != nil {
+			t.Fatal(err)
+		}
+		ts, state, ok, err := s.Latest(task)
+		if err != nil || !ok || ts != 3 || string(state) != "state" {
+			t.Errorf("task %q: after Save and Open, Latest gives %d %q %v %v; want 3 \"state\"", task, ts, state, ok, err)
+		}
+	}
+}
+
 // corruptions damage a checkpoint file in the ways a crash or a disk can.
 var corruptions = []struct {
 	what   string
@@ -325,6 +351,38 @@ func FuzzLoad(f *testing.F) {
 		}
 		if !bytes.Equal(again, b) {
 			t.Fatalf("a file that loads as %q is not what Save writes for it:\n%x\n%x", state, b, again)
+		}
+	})
+}
+
+// FuzzFileName: a name read from the checkpoint directory parses only if it
+// is exactly the name fileName gives what it parses to; and every task
+// name and timestamp make a plain file name that parses back to them.
+func FuzzFileName(f *testing.F) {
+	for _, task := range []string{"0.0", "a@b", "%41", "x/../y", "émoji 🙂", "", "@", ".tmp-x", ".0"} {
+		f.Add(fileName(task, 7), task, int64(-1))
+	}
+	for _, name := range []string{"x@1.ckpt.tmp", ".tmp-x@1.ckpt", "@1.ckpt", "x@+1.ckpt", "x%4@1.ckpt", "x%4g@1.ckpt", "x%@1.ckpt", "a%2Fb@9223372036854775807.ckpt"} {
+		f.Add(name, "t", int64(math.MinInt64))
+	}
+	f.Fuzz(func(t *testing.T, name, task string, ts int64) {
+		if pt, pts, ok := parseFileName(name); ok {
+			if again := fileName(pt, pts); again != name {
+				t.Fatalf("parseFileName(%q) = %q, %d, whose name is %q", name, pt, pts, again)
+			}
+			if strings.HasPrefix(name, tmpPrefix) {
+				t.Fatalf("parseFileName accepted the temporary file %q", name)
+			}
+		}
+		if task == "" {
+			return // Save refuses it
+		}
+		name = fileName(task, ts)
+		if strings.ContainsAny(name, "/\\ \x00") || strings.HasPrefix(name, ".") {
+			t.Fatalf("file name %q for task %q is not a plain file name", name, task)
+		}
+		if gt, gts, ok := parseFileName(name); !ok || gt != task || gts != ts {
+			t.Fatalf("parseFileName(%q) = %q, %d, %v; want %q, %d", name, gt, gts, ok, task, ts)
 		}
 	})
 }
