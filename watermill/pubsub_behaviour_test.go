@@ -957,3 +957,60 @@ func ackedAll(pub *watermill.Publisher, addr string) bool {
 	}
 	return true
 }
+
+// A subscription whose context ends while its application holds a message
+// still holds it: the application acks it afterwards (as a Watermill
+// Router finishes its handler after the router's context ended), and the
+// next subscription gets the next message, not the acked one again.
+func TestAMessageAckedAfterItsSubscriptionEndedIsNotDeliveredAgain(t *testing.T) {
+	// Once the subscription has ended, the handler offering a message to
+	// no subscription at all means it gave up on the held one. Hooked
+	// before the Subscriber starts, so that its handler never races the
+	// hook, and reset after it closes.
+	var ended sync.Once
+	endedNow := make(chan struct{})
+	reoffered := make(chan struct{}, 1)
+	watermill.HookOffer(t, func(n int) {
+		select {
+		case <-endedNow:
+			if n == 0 {
+				select {
+				case reoffered <- struct{}{}:
+				default:
+				}
+			}
+		default:
+		}
+	}, nil)
+	dir := watermill.NewMemDirectory()
+	sub := newSubscriber(t, dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first, err := sub.Subscribe(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := newPublisher(t, dir)
+	if err := pub.Publish("t", numbered(0), numbered(1)); err != nil {
+		t.Fatal(err)
+	}
+	var held *message.Message
+	select {
+	case held = <-first:
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("the subscription received nothing")
+	}
+	cancel()
+	for range first {
+	}
+	ended.Do(func() { close(endedNow) })
+	select {
+	case <-reoffered:
+	case <-time.After(time.Second): // it keeps waiting for the Ack
+	}
+	held.Ack()
+	next := subscribe(t, sub, "t")
+	if got := receive(t, next, 1); got[0] != "1" {
+		t.Fatalf("after message %s was acked, the next subscription received %s: delivered twice", held.Payload, got[0])
+	}
+}

@@ -22,10 +22,11 @@ import (
 // The subscriptions of one topic on one Subscriber compete: each message
 // goes to one of them, the first ready to receive it. Every Subscriber of a
 // topic gets every message (fan-out). A message is delivered to a
-// subscription and the next one only once it is acked; a Nack, or the end
-// of the subscription that holds it, offers it again. The node counts a
-// run of messages consumed, and lets its publisher's window advance, only
-// when all of them are acked. Safe for concurrent use.
+// subscription and the next one only once it is acked; a Nack offers it
+// again. A subscription that ends holding a message (its context ended)
+// still holds it: the topic's next message waits for its Ack or Nack, or
+// for Close. The node counts a run of messages consumed, and lets its
+// publisher's window advance, only when all of them are acked. Safe for concurrent use.
 type Subscriber struct {
 	node *transport.Node
 	dir  Directory
@@ -296,8 +297,12 @@ func (t *topic) offer(msg *message.Message) (*subscription, bool) {
 	}
 }
 
-// await waits for msg to be acked or nacked by sub. The end of sub counts
-// as a Nack. It reports false if the Subscriber closed first.
+// await waits for msg to be acked or nacked by sub. It reports false if
+// the Subscriber closed first. A subscription that ends holding msg still
+// holds it: its application may ack it yet (a Watermill Router finishing
+// its handler after its context ended does), so msg is offered again only
+// if it is nacked. Offering it again at the end would deliver a message
+// that is then acked twice.
 func (t *topic) await(msg *message.Message, sub *subscription) (acked, ok bool) {
 	defer func() {
 		t.mu.Lock()
@@ -306,29 +311,13 @@ func (t *topic) await(msg *message.Message, sub *subscription) (acked, ok bool) 
 		}
 		t.mu.Unlock()
 	}()
-	for {
-		t.mu.Lock()
-		ended, changed := sub.ended, t.mu.changed
-		t.mu.Unlock()
-		if ended {
-			// The subscription ended holding msg: whatever it does with
-			// msg now, the message is offered again.
-			select {
-			case <-msg.Acked():
-				return true, true
-			default:
-				return false, true
-			}
-		}
-		select {
-		case <-msg.Acked():
-			return true, true
-		case <-msg.Nacked():
-			return false, true
-		case <-changed:
-		case <-t.s.stopping:
-			return false, false
-		}
+	select {
+	case <-msg.Acked():
+		return true, true
+	case <-msg.Nacked():
+		return false, true
+	case <-t.s.stopping:
+		return false, false
 	}
 }
 
