@@ -331,6 +331,12 @@ func (r *route) drain() {
 		return // the publisher stopped: Close counts what the backlog holds
 	}
 	defer r.unlock()
+	if r.closed {
+		// Close has counted the backlog as undelivered (a subscription
+		// announced while it stopped watching): sent now, it would reach
+		// a subscriber after Close told its caller it had not.
+		return
+	}
 	if senders, _ := r.current(); len(senders) > 0 {
 		if err := r.flushLocked(r.p.ctx, senders); err != nil && r.p.ctx.Err() == nil {
 			r.p.o.log.Warn("watermill: sending the backlog", "topic", r.topic, "err", err)

@@ -1014,3 +1014,60 @@ func TestAMessageAckedAfterItsSubscriptionEndedIsNotDeliveredAgain(t *testing.T)
 		t.Fatalf("after message %s was acked, the next subscription received %s: delivered twice", held.Payload, got[0])
 	}
 }
+
+// stopHookDirectory is a MemDirectory that calls beforeStop when a watch
+// is stopped, before it stops: what happens in a directory that learns of
+// an announcement while a publisher closes.
+type stopHookDirectory struct {
+	*watermill.MemDirectory
+	beforeStop func()
+}
+
+func (d *stopHookDirectory) Watch(topic string, fn func([]watermill.Endpoint)) (func(), error) {
+	stop, err := d.MemDirectory.Watch(topic, fn)
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		if d.beforeStop != nil {
+			d.beforeStop()
+		}
+		stop()
+	}, nil
+}
+
+// A message Publisher.Close reports undelivered (kept in the backlog, no
+// subscription announced) is not delivered after all by a subscription
+// announced while Close finishes with the topic: the caller would publish
+// it again.
+func TestAMessageCloseReportsUndeliveredIsNotSentAfterwards(t *testing.T) {
+	dir := &stopHookDirectory{MemDirectory: watermill.NewMemDirectory()}
+	pub, err := watermill.NewPublisher(dir, watermill.WithCloseTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish("t", numbered(0)); err != nil { // into the backlog
+		t.Fatal(err)
+	}
+	sub := newSubscriber(t, dir)
+	received := make(chan string, 1)
+	dir.beforeStop = func() {
+		// Close has counted the backlog; a subscription appears.
+		msgs := subscribe(t, sub, "t")
+		select {
+		case m := <-msgs:
+			m.Ack()
+			received <- string(m.Payload)
+		case <-time.After(time.Second): // not sent: as it should be
+		}
+	}
+	err = pub.Close()
+	if !errors.Is(err, watermill.ErrUndelivered) {
+		t.Fatalf("Close = %v, want ErrUndelivered for the message kept in the backlog", err)
+	}
+	select {
+	case p := <-received:
+		t.Fatalf("Close reported message %s undelivered (%v), but a subscription received it", p, err)
+	default:
+	}
+}
