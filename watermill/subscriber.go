@@ -322,10 +322,12 @@ func (t *topic) await(msg *message.Message, sub *subscription) (acked, ok bool) 
 }
 
 // Close withdraws the Subscriber's topics from the Directory, closes its
-// node and every subscription's channel (all closed when it returns), and cancels the context of the
-// messages it delivered. Messages delivered and not yet acked, and those
-// still waiting in the node, are not acknowledged to their publishers,
-// which keep them until their own Close gives up on them.
+// node and every subscription's channel (all closed when it returns), and
+// cancels the context of the messages it delivered. Messages delivered and
+// not yet acked, and those still waiting in the node, are not acknowledged
+// to their publishers, which drop them when they learn of the withdrawal
+// (they go with the subscription that left, written or not; a publisher's
+// Close does not count them).
 func (s *Subscriber) Close() error { return s.shutdown(true) }
 
 // shutdown closes the Subscriber; without withdraw, its topics stay
