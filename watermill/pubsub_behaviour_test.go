@@ -1071,3 +1071,47 @@ func TestAMessageCloseReportsUndeliveredIsNotSentAfterwards(t *testing.T) {
 	default:
 	}
 }
+
+// A subscription whose context ends just as it takes a message (the
+// handler has not yet seen that it took it) has its channel closed at
+// once, though the message it holds is not acked yet: a reader that waits
+// for the channel to close before acking what it holds is not kept
+// waiting.
+func TestASubscriptionEndingAsItTakesAMessageIsClosedBeforeTheAck(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var once sync.Once
+	watermill.HookOffer(t, func(int) {}, func() {
+		// The offer's select has sent the message; the subscription
+		// ends before the handler counts the offer done.
+		once.Do(func() {
+			cancel()
+			time.Sleep(100 * time.Millisecond)
+		})
+	})
+	dir := watermill.NewMemDirectory()
+	sub := newSubscriber(t, dir)
+	first, err := sub.Subscribe(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := newPublisher(t, dir)
+	if err := pub.Publish("t", numbered(0), numbered(1)); err != nil {
+		t.Fatal(err)
+	}
+	var held *message.Message
+	select {
+	case held = <-first:
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("the subscription received nothing")
+	}
+	select {
+	case <-drained(first):
+	case <-time.After(5 * time.Second):
+		t.Fatal("the channel of a subscription whose context ended stays open while it holds a message unacked")
+	}
+	held.Ack()
+	if got := receive(t, subscribe(t, sub, "t"), 1); got[0] != "1" {
+		t.Fatalf("after message %s was acked, the next subscription received %s", held.Payload, got[0])
+	}
+}

@@ -301,23 +301,32 @@ func (t *topic) offer(msg *message.Message) (*subscription, bool) {
 // the Subscriber closed first. A subscription that ends holding msg still
 // holds it: its application may ack it yet (a Watermill Router finishing
 // its handler after its context ended does), so msg is offered again only
-// if it is nacked. Offering it again at the end would deliver a message
-// that is then acked twice.
+// if it is nacked; offered again at the end, it would be delivered twice
+// once acked. The channel of sub is closed as soon as sub ends, all the
+// same: a channel that closed only after the Ack would keep a reader that
+// waits for the close before acking waiting for ever.
+//
+// Of a sub that ends during await, end closes the channel (no offer is
+// under way); one that ended while the offer that gave it msg was under
+// way is closed here.
 func (t *topic) await(msg *message.Message, sub *subscription) (acked, ok bool) {
-	defer func() {
+	for {
 		t.mu.Lock()
+		changed := t.mu.changed
 		if sub.ended {
 			t.closeLocked(sub)
+			changed = nil // nothing more to learn from changes
 		}
 		t.mu.Unlock()
-	}()
-	select {
-	case <-msg.Acked():
-		return true, true
-	case <-msg.Nacked():
-		return false, true
-	case <-t.s.stopping:
-		return false, false
+		select {
+		case <-msg.Acked():
+			return true, true
+		case <-msg.Nacked():
+			return false, true
+		case <-changed:
+		case <-t.s.stopping:
+			return false, false
+		}
 	}
 }
 
