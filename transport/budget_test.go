@@ -91,7 +91,7 @@ func TestPeerBudgetBoundsWindowMemory(t *testing.T) {
 		progressed = false
 		for i, s := range senders {
 			for range 1 + i%37 {
-				err := s.TrySend(0, payload(sent[i], size))
+				err := s.TrySend(0, payload(s.Channel(), sent[i], size))
 				if errors.Is(err, ErrNoCredit) {
 					break
 				}
@@ -151,7 +151,7 @@ func TestIdleWindowsGiveBackTheirMemory(t *testing.T) {
 	senders := openSenders(t, ctx, p, 5, 5)
 	sendBurst := func(s *Sender, ctx context.Context) error {
 		for k := range burst {
-			if err := s.Send(ctx, 0, payload(uint64(k), size)); err != nil {
+			if err := s.Send(ctx, 0, payload(s.Channel(), uint64(k), size)); err != nil {
 				return err
 			}
 		}
@@ -174,7 +174,7 @@ func TestIdleWindowsGiveBackTheirMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nothing is left for another channel but the idle rings.
-	if err := senders[4].TrySend(0, payload(0, size)); !errors.Is(err, ErrNoCredit) {
+	if err := senders[4].TrySend(0, payload(senders[4].Channel(), 0, size)); !errors.Is(err, ErrNoCredit) {
 		t.Fatalf("TrySend with the budget held by idle rings: %v, want ErrNoCredit", err)
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -242,7 +242,7 @@ func TestBudgetAccountingBalances(t *testing.T) {
 				if k%50 == 49 {
 					size = 12 << 10 // now and then a burst-sized one
 				}
-				if err := s.Send(ctx, int64(k), payload(uint64(k), size)); err != nil {
+				if err := s.Send(ctx, int64(k), payload(s.Channel(), uint64(k), size)); err != nil {
 					errs <- err
 					return
 				}
@@ -295,7 +295,7 @@ func TestSmallIdleWindowsYieldToALargeMessage(t *testing.T) {
 	senders := openSenders(t, ctx, p, 21, 21)
 	for i, s := range senders[:20] {
 		for k := range 40 {
-			if err := s.Send(ctx, 0, payload(uint64(k), 100)); err != nil {
+			if err := s.Send(ctx, 0, payload(s.Channel(), uint64(k), 100)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -311,7 +311,7 @@ func TestSmallIdleWindowsYieldToALargeMessage(t *testing.T) {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	big := senders[20]
-	if err := big.Send(sctx, 0, payload(0, w.MaxBytes-MaxMessageHead)); err != nil {
+	if err := big.Send(sctx, 0, payload(big.Channel(), 0, w.MaxBytes-MaxMessageHead)); err != nil {
 		t.Fatalf("a message of a whole window with quiet windows holding the budget: %v (%+v)", err, peerStats(t, tx))
 	}
 	if err := big.Flush(sctx); err != nil {

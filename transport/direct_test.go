@@ -167,7 +167,7 @@ func TestAClosedChannelsNumberWaitsForAPongBeforeReuse(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 100 {
-		if err := a.Send(ctx, 0, payload(uint64(i), 100)); err != nil {
+		if err := a.Send(ctx, 0, payload(a.Channel(), uint64(i), 100)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -210,7 +210,7 @@ func TestAClosedChannelsNumberWaitsForAPongBeforeReuse(t *testing.T) {
 	}
 	for _, s := range []*Sender{b, d} {
 		for i := range 100 {
-			if err := s.Send(ctx, 0, payload(uint64(i), 100)); err != nil {
+			if err := s.Send(ctx, 0, payload(s.Channel(), uint64(i), 100)); err != nil {
 				t.Fatal(err)
 			}
 		}

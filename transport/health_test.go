@@ -97,7 +97,7 @@ func TestAStalledConsumerRaisesAndClearsBothAlerts(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for k := range perChannel {
-				if err := s.Send(ctx, int64(k), payload(uint64(k), 100)); err != nil {
+				if err := s.Send(ctx, int64(k), payload(s.Channel(), uint64(k), 100)); err != nil {
 					errs <- err
 					return
 				}
@@ -168,7 +168,7 @@ func TestAConsumerThatKeepsUpRaisesNoAlert(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := range 300 { // 300 ms at one message a millisecond
-		if err := s.Send(ctx, int64(k), payload(uint64(k), 100)); err != nil {
+		if err := s.Send(ctx, int64(k), payload(s.Channel(), uint64(k), 100)); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Millisecond)
@@ -209,7 +209,7 @@ func TestClosingAStalledChannelClearsItsAlert(t *testing.T) {
 		t.Fatal(err)
 	}
 	for k := range 10 {
-		if err := s.TrySend(int64(k), payload(uint64(k), 100)); err != nil {
+		if err := s.TrySend(int64(k), payload(s.Channel(), uint64(k), 100)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -274,7 +274,7 @@ func TestPingsKeepAnIdleHealthyConnectionOpen(t *testing.T) {
 		}
 		send := func(k uint64) {
 			t.Helper()
-			if err := s.Send(ctx, int64(k), payload(k, 100)); err != nil {
+			if err := s.Send(ctx, int64(k), payload(s.Channel(), k, 100)); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Flush(ctx); err != nil {

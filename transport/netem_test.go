@@ -120,7 +120,7 @@ func testAPartitionStopsTraffic(t *testing.T, be []Option, atReceiver bool) {
 			defer wg.Done()
 			k := uint64(0)
 			for time.Duration(cut.now()) < at+length+100*time.Millisecond {
-				if err := s.Send(ctx, int64(k), payload(k, 100)); err != nil {
+				if err := s.Send(ctx, int64(k), payload(s.Channel(), k, 100)); err != nil {
 					errs <- err
 					return
 				}

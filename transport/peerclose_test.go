@@ -60,12 +60,12 @@ func TestPeerCloseEndsSendAndFlushWaitingOnIt(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range window {
-			if err := s.Send(ctx, 0, payload(uint64(i), 8)); err != nil {
+			if err := s.Send(ctx, 0, payload(s.Channel(), uint64(i), 8)); err != nil {
 				t.Fatal(err)
 			}
 		}
 		sent, flushed := make(chan error, 1), make(chan error, 1)
-		go func() { sent <- s.Send(ctx, 0, payload(window, 8)) }()
+		go func() { sent <- s.Send(ctx, 0, payload(s.Channel(), window, 8)) }()
 		go func() { flushed <- s.Flush(ctx) }()
 		waitFor(t, 10*time.Second, "Send waiting for credit and Flush for acks", func() bool {
 			return s.ch.credit.waiters.Load() == 1 && p.drained.waiters.Load() == 1
@@ -80,7 +80,7 @@ func TestPeerCloseEndsSendAndFlushWaitingOnIt(t *testing.T) {
 				t.Errorf("%s waiting when its peer closed: %v, want a ChannelError that is ErrClosed and names %s", what, err, p.Addr())
 			}
 		}
-		if err := s.TrySend(0, payload(0, 8)); !errors.Is(err, ErrClosed) {
+		if err := s.TrySend(0, payload(s.Channel(), 0, 8)); !errors.Is(err, ErrClosed) {
 			t.Errorf("TrySend after Peer.Close: %v, want ErrClosed", err)
 		}
 		checkPeerGone(t, ctx, tx, p)
@@ -101,7 +101,7 @@ func TestPeerCloseStopsRedialingAnAddressThatRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Send(ctx, 0, payload(0, 8)); err != nil {
+	if err := s.Send(ctx, 0, payload(s.Channel(), 0, 8)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "failed dials", func() bool { return p.dialFailures.Load() >= 3 })
@@ -132,7 +132,7 @@ func TestAPeerClosedAndDialedAgainCarriesOn(t *testing.T) {
 				t.Fatal(err)
 			}
 			for k := from; k < from+n; k++ {
-				if err := s.Send(ctx, 0, payload(k, 8)); err != nil {
+				if err := s.Send(ctx, 0, payload(s.Channel(), k, 8)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -156,7 +156,7 @@ func TestAPeerClosedAndDialedAgainCarriesOn(t *testing.T) {
 		if err := p.Close(); err != nil { // again: nothing to do
 			t.Fatal(err)
 		}
-		if err := s.Send(ctx, 0, payload(20, 8)); err != nil {
+		if err := s.Send(ctx, 0, payload(s.Channel(), 20, 8)); err != nil {
 			t.Fatalf("Send on the new peer after the old one was closed again: %v", err)
 		}
 		if err := s.Flush(ctx); err != nil {
@@ -216,7 +216,7 @@ func TestPeerCloseRacesWithSendersAndNodeClose(t *testing.T) {
 						return
 					}
 					for k := 0; ; k++ {
-						if err := s.Send(ctx, 0, payload(uint64(k), 8)); err != nil {
+						if err := s.Send(ctx, 0, payload(s.Channel(), uint64(k), 8)); err != nil {
 							errs <- err
 							break
 						}

@@ -91,7 +91,7 @@ func TestSendersOpenBeforeAPeerRefusesThisNodeFailWithTheRefusal(t *testing.T) {
 			// Fill the window, so that Send waits for credit when the
 			// refusal comes.
 			for i := 0; ; i++ {
-				err := s.TrySend(int64(i), payload(uint64(i), 100))
+				err := s.TrySend(int64(i), payload(s.Channel(), uint64(i), 100))
 				if errors.Is(err, ErrNoCredit) {
 					break
 				}
@@ -100,7 +100,7 @@ func TestSendersOpenBeforeAPeerRefusesThisNodeFailWithTheRefusal(t *testing.T) {
 				}
 			}
 			sendErr, flushErr := make(chan error, 1), make(chan error, 1)
-			go func() { sendErr <- s.Send(ctx, 0, payload(0, 100)) }()
+			go func() { sendErr <- s.Send(ctx, 0, payload(s.Channel(), 0, 100)) }()
 			go func() { flushErr <- s.Flush(ctx) }()
 			close(release)
 
@@ -113,14 +113,14 @@ func TestSendersOpenBeforeAPeerRefusesThisNodeFailWithTheRefusal(t *testing.T) {
 			if err := <-flushErr; !errors.Is(err, ErrRejected) {
 				t.Errorf("a Flush waiting for acks: %v, want the refusal (ErrRejected)", err)
 			}
-			if err := s.TrySend(0, payload(0, 100)); !errors.Is(err, ErrRejected) {
+			if err := s.TrySend(0, payload(s.Channel(), 0, 100)); !errors.Is(err, ErrRejected) {
 				t.Errorf("TrySend after the refusal: %v, want the refusal (ErrRejected)", err)
 			}
 			if err := s.Flush(ctx); !errors.Is(err, ErrRejected) {
 				t.Errorf("Flush after the refusal: %v, want the refusal (ErrRejected)", err)
 			}
 			var ce *ChannelError
-			if err := s.TrySend(0, payload(0, 100)); !errors.As(err, &ce) || ce.Channel != s.Channel() {
+			if err := s.TrySend(0, payload(s.Channel(), 0, 100)); !errors.As(err, &ce) || ce.Channel != s.Channel() {
 				t.Errorf("TrySend after the refusal: %v, want a ChannelError naming %v", err, s.Channel())
 			}
 			if err := tx.Close(ctx); !errors.Is(err, ErrRejected) {

@@ -26,7 +26,7 @@ func TestAReconnectDuringSenderCloseGivesTheChannelNoNumber(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Send(ctx, 0, payload(0, 100)); err != nil {
+		if err := s.Send(ctx, 0, payload(s.Channel(), 0, 100)); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Flush(ctx); err != nil {
@@ -94,7 +94,7 @@ func TestASenderOpenedAgainAfterCloseLosesNothing(t *testing.T) {
 					t.Fatal(err)
 				}
 				for k := from; k < from+n; k++ {
-					if err := s.Send(ctx, int64(k), payload(k, 100)); err != nil {
+					if err := s.Send(ctx, int64(k), payload(s.Channel(), k, 100)); err != nil {
 						t.Fatal(err)
 					}
 				}

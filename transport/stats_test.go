@@ -68,7 +68,7 @@ func TestBlockedCountsTheTimeSendersWaitForCredit(t *testing.T) {
 	}
 	var sent uint64
 	for ; ; sent++ {
-		err := s.TrySend(0, payload(sent, 100))
+		err := s.TrySend(0, payload(s.Channel(), sent, 100))
 		if errors.Is(err, ErrNoCredit) {
 			break
 		}
@@ -83,7 +83,7 @@ func TestBlockedCountsTheTimeSendersWaitForCredit(t *testing.T) {
 	done := make(chan error)
 	go func() {
 		started <- time.Now()
-		done <- s.Send(ctx, 0, payload(sent, 100))
+		done <- s.Send(ctx, 0, payload(s.Channel(), sent, 100))
 	}()
 	t0 := <-started
 	time.Sleep(30 * time.Millisecond)

@@ -23,7 +23,7 @@ func streamPair(t *testing.T) (*Sender, *conn, *collector) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Send(ctx, 0, payload(0, 100)); err != nil {
+	if err := s.Send(ctx, 0, payload(s.Channel(), 0, 100)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Flush(ctx); err != nil {
@@ -68,7 +68,7 @@ func burst(t *testing.T, s *Sender, first, n int) {
 	t.Helper()
 	msgs := make([]Message, n)
 	for i := range msgs {
-		msgs[i] = Message{Payload: payload(uint64(first+i), 100)}
+		msgs[i] = Message{Payload: payload(s.Channel(), uint64(first+i), 100)}
 	}
 	if k, err := s.TrySendRun(msgs); k != n || err != nil {
 		t.Fatalf("TrySendRun sent %d of %d: %v", k, n, err)
@@ -141,7 +141,7 @@ func TestAStreamingSenderWritesItsTailBeforeItWaits(t *testing.T) {
 	waitStart := c.node.now()
 	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
 	for {
-		if err := s.Send(ctx, 0, payload(uint64(sent), 100)); err != nil {
+		if err := s.Send(ctx, 0, payload(s.Channel(), uint64(sent), 100)); err != nil {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("Send: %v", err)
 			}
@@ -173,7 +173,7 @@ func TestAModerateSenderDoesNotMakeItsConnectionStreamDriven(t *testing.T) {
 	sent := 1
 	for range 30 {
 		for range 100 { // 100 unacknowledged at most: streaming, far from half the window
-			if err := s.Send(ctx, 0, payload(uint64(sent), 100)); err != nil {
+			if err := s.Send(ctx, 0, payload(s.Channel(), uint64(sent), 100)); err != nil {
 				t.Fatal(err)
 			}
 			sent++

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,11 +18,15 @@ import (
 	"github.com/sluicehq/sluice/wire"
 )
 
-// collector checks that each channel's messages arrive once and in order:
-// every payload starts with its per-channel sequence number.
+// collector checks that each channel's messages arrive once, in order and
+// as they were sent: every payload is [payload]'s for its channel and its
+// per-channel sequence number, which the collector reads from bytes 0-7
+// and rebuilds the rest from, so a byte changed anywhere, a message cut
+// short or a message of another channel is an error.
 type collector struct {
 	mu    sync.Mutex
 	next  map[taskid.ID]uint64
+	want  []byte // scratch: the payload rebuilt
 	count atomic.Int64
 	errs  []string
 }
@@ -33,13 +38,32 @@ func (c *collector) handler(taskid.ID) Handler {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		for _, m := range msgs {
+			if len(m.Payload) < 8 {
+				c.errorf("channel %v: a message of %d bytes, too short for a sequence number", ch, len(m.Payload))
+				continue
+			}
 			seq := binary.LittleEndian.Uint64(m.Payload)
-			if want := c.next[ch.Source]; seq != want && len(c.errs) < 10 {
-				c.errs = append(c.errs, fmt.Sprintf("channel %v: got message %d, want %d", ch, seq, want))
+			if want := c.next[ch.Source]; seq != want {
+				c.errorf("channel %v: got message %d, want %d", ch, seq, want)
 			}
 			c.next[ch.Source] = seq + 1
+			c.want = fillPayload(slices.Grow(c.want[:0], len(m.Payload))[:len(m.Payload)], ch, seq)
+			if !bytes.Equal(m.Payload, c.want) {
+				i := 0
+				for m.Payload[i] == c.want[i] {
+					i++
+				}
+				c.errorf("channel %v: message %d (%d bytes) differs from what was sent from byte %d on", ch, seq, len(m.Payload), i)
+			}
 		}
 		c.count.Add(int64(len(msgs)))
+	}
+}
+
+// errorf records an error, up to 10. Call with c.mu held.
+func (c *collector) errorf(format string, args ...any) {
+	if len(c.errs) < 10 {
+		c.errs = append(c.errs, fmt.Sprintf(format, args...))
 	}
 }
 
@@ -74,10 +98,39 @@ func holdFirstRunUntilReset(col *collector, tx *Node) func(taskid.ID) Handler {
 	}
 }
 
-func payload(seq uint64, size int) []byte {
-	b := make([]byte, size)
+// payload returns message seq of channel ch, size bytes (at least 8) long:
+// seq in bytes 0-7, little-endian, then filler drawn from a generator
+// seeded with ch's source and target, seq and size (ch's epoch is left
+// out: a channel reopened keeps its payloads), which the collector rebuilds
+// to compare the whole message.
+func payload(ch taskid.Channel, seq uint64, size int) []byte {
+	return fillPayload(make([]byte, size), ch, seq)
+}
+
+// fillPayload writes payload(ch, seq, len(b)) into b and returns it.
+func fillPayload(b []byte, ch taskid.Channel, seq uint64) []byte {
 	binary.LittleEndian.PutUint64(b, seq)
+	x := mix64(mix64(mix64(seq)^(uint64(ch.Source.Processor)<<32|uint64(ch.Source.Index))) ^
+		(uint64(ch.Target.Processor)<<32 | uint64(ch.Target.Index)) ^ uint64(len(b))<<40)
+	for i := 8; i < len(b); i += 8 {
+		x = mix64(x)
+		if len(b)-i >= 8 {
+			binary.LittleEndian.PutUint64(b[i:], x)
+		} else {
+			for k := i; k < len(b); k, x = k+1, x>>8 {
+				b[k] = byte(x)
+			}
+		}
+	}
 	return b
+}
+
+// mix64 is SplitMix64's step: a different x gives a different result.
+func mix64(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
 }
 
 // testNode returns a new node with opts, aborted when the test ends.
@@ -130,7 +183,7 @@ func sendAll(t *testing.T, ctx context.Context, p *Peer, channels, n, size int) 
 		go func() {
 			defer wg.Done()
 			for k := range n {
-				if err := s.Send(ctx, int64(k), payload(uint64(k), size)); err != nil {
+				if err := s.Send(ctx, int64(k), payload(s.Channel(), uint64(k), size)); err != nil {
 					errs <- err
 					return
 				}
@@ -322,7 +375,7 @@ func testMessagesSentBeforeTheHandlerRegistersWait(t *testing.T, be []Option, in
 	}
 	send := func(from, to int) {
 		for k := from; k < to; k++ {
-			if err := s.Send(ctx, 0, payload(uint64(k), 16)); err != nil {
+			if err := s.Send(ctx, 0, payload(s.Channel(), uint64(k), 16)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -357,7 +410,7 @@ func testTrySendSaysWhenTheWindowIsFull(t *testing.T, be []Option) {
 	}
 	var sent int
 	for ; sent < 1<<20; sent++ {
-		if err := s.TrySend(0, payload(uint64(sent), 100)); err != nil {
+		if err := s.TrySend(0, payload(s.Channel(), uint64(sent), 100)); err != nil {
 			if !errors.Is(err, ErrNoCredit) {
 				t.Fatalf("TrySend: %v, want ErrNoCredit", err)
 			}
@@ -369,7 +422,7 @@ func testTrySendSaysWhenTheWindowIsFull(t *testing.T, be []Option) {
 	}
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
-	if err := s.Send(short, 0, payload(0, 100)); !errors.Is(err, context.DeadlineExceeded) {
+	if err := s.Send(short, 0, payload(s.Channel(), 0, 100)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Send on a full window: %v, want the context's deadline", err)
 	}
 	if err := s.TrySend(0, make([]byte, 64<<20)); !errors.Is(err, ErrTooLarge) {
@@ -445,7 +498,7 @@ func TestASlowPeerDoesNotHoldBackAFastOne(t *testing.T) {
 	}
 	go func() {
 		for k := 0; ctx.Err() == nil; k++ {
-			if s.Send(ctx, 0, payload(uint64(k), 1000)) != nil {
+			if s.Send(ctx, 0, payload(s.Channel(), uint64(k), 1000)) != nil {
 				return
 			}
 		}
@@ -480,7 +533,7 @@ func TestAReceiverRestartedOnTheSameAddressGetsEverythingUnacknowledged(t *testi
 	done := make(chan error, 1)
 	go func() {
 		for k := range n {
-			if err := s.Send(ctx, 0, payload(uint64(k), 100)); err != nil {
+			if err := s.Send(ctx, 0, payload(s.Channel(), uint64(k), 100)); err != nil {
 				done <- err
 				return
 			}
@@ -696,7 +749,7 @@ func testCloseWaitsForAcknowledgements(t *testing.T, be []Option) {
 		t.Fatal(err)
 	}
 	for k := range 5000 {
-		if err := s.Send(ctx, 0, payload(uint64(k), 100)); err != nil {
+		if err := s.Send(ctx, 0, payload(s.Channel(), uint64(k), 100)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -704,7 +757,7 @@ func testCloseWaitsForAcknowledgements(t *testing.T, be []Option) {
 		t.Fatal(err)
 	}
 	col.check(t, 5000)
-	if err := s.TrySend(0, payload(0, 100)); !errors.Is(err, ErrClosed) {
+	if err := s.TrySend(0, payload(s.Channel(), 0, 100)); !errors.Is(err, ErrClosed) {
 		t.Errorf("TrySend after Close: %v, want ErrClosed", err)
 	}
 }
@@ -821,7 +874,7 @@ func testInlineHandlerRunsOneRunAtATimeAcrossConnections(t *testing.T, be []Opti
 			go func() {
 				defer wg.Done()
 				for n := range 5000 {
-					if err := s.Send(ctx, 0, payload(uint64(n), 64)); err != nil {
+					if err := s.Send(ctx, 0, payload(s.Channel(), uint64(n), 64)); err != nil {
 						t.Error(err)
 						return
 					}
@@ -889,7 +942,7 @@ func TestStoppingReleasesABlockedHandlerWithoutAcknowledging(t *testing.T) {
 		}
 		const n = 3
 		for k := range n {
-			if err := s.Send(ctx, 0, payload(uint64(k), 100)); err != nil {
+			if err := s.Send(ctx, 0, payload(s.Channel(), uint64(k), 100)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -909,4 +962,39 @@ func TestStoppingReleasesABlockedHandlerWithoutAcknowledging(t *testing.T) {
 			t.Fatalf("the source holds %d messages unacknowledged, want all %d: a handler cut short by the shutdown acknowledged what it never took", got, n)
 		}
 	})
+}
+
+// The collector compares whole payloads: a message with one byte changed
+// past its sequence number, one cut short, or one of another channel with
+// the expected sequence number is an error, and the messages as sent are
+// not.
+func TestCollectorRejectsAChangedByteAShortMessageAndAnotherChannels(t *testing.T) {
+	a := taskid.Channel{Source: taskid.ID{Index: 1}, Target: taskid.ID{Processor: 1}}
+	b := taskid.Channel{Source: taskid.ID{Index: 2}, Target: taskid.ID{Processor: 1}}
+	flipped := payload(a, 1, 100)
+	flipped[57] ^= 0x10
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		ok   bool
+	}{
+		{"the message as sent", payload(a, 1, 100), true},
+		{"a byte changed", flipped, false},
+		{"the message cut short", payload(a, 1, 100)[:99], false},
+		{"another channel's message", payload(b, 1, 100), false},
+		{"another target's message", payload(taskid.Channel{Source: a.Source, Target: taskid.ID{Processor: 2}}, 1, 100), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			col := newCollector()
+			h := col.handler(a.Target)
+			h(a, 0, []Message{{Payload: payload(a, 0, 100)}})
+			h(a, 1, []Message{{Payload: tc.msg}})
+			if ok := len(col.errs) == 0; ok != tc.ok {
+				t.Errorf("collector errors %q, want none: %v", col.errs, tc.ok)
+			}
+			if col.count.Load() != 2 {
+				t.Errorf("counted %d messages, want 2", col.count.Load())
+			}
+		})
+	}
 }
