@@ -59,6 +59,10 @@ type Report struct {
 	// ExactlyOnce is nil when the scenario did not check delivery, else
 	// whether every message was delivered exactly once.
 	ExactlyOnce *bool `json:"exactly_once,omitempty"`
+	// Failures says why the run failed although delivery may have been
+	// exactly-once: a fault configured that never happened, a recovery
+	// nothing injected. Empty when nothing failed beyond ExactlyOnce.
+	Failures []string `json:"failures,omitempty"`
 
 	Machine Machine        `json:"machine"`
 	Config  map[string]any `json:"config"`
@@ -270,6 +274,9 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	fmt.Fprintf(&b, "# Sluice benchmark: %s\n\n", mdEscape(r.Scenario))
 	fmt.Fprintf(&b, "Started %s, ran %s s on %s.\n\n", r.StartedAt.UTC().Format(time.RFC3339), sig3(r.DurationS), mdEscape(r.Machine.String()))
 	fmt.Fprintf(&b, "**%s**\n\n", r.ExactlyOnceStatement())
+	for _, f := range r.Failures {
+		fmt.Fprintf(&b, "**The run FAILED: %s**\n\n", mdEscape(f))
+	}
 
 	b.WriteString("| result | value |\n|---|---|\n")
 	row := func(k, v string) { fmt.Fprintf(&b, "| %s | %s |\n", k, v) }

@@ -209,6 +209,10 @@ type Result struct {
 	// sockets, as of their last clock round (0 when every edge was
 	// chained).
 	WireBytes int64
+	// DataFrames and CtrlFrames are the frames of the kinds transport
+	// faults drop that the workers' nodes wrote, as of their last clock
+	// round: the chances Transport's faults had.
+	DataFrames, CtrlFrames int64
 }
 
 // Coordinator runs a job on its workers: it starts every generation, polls
@@ -384,6 +388,8 @@ func (c *Coordinator) bank(i int) {
 	c.mu.banked.Late += l.Late
 	c.mu.banked.Filtered += l.Filtered
 	c.mu.banked.WireBytes += l.WireBytes
+	c.mu.banked.DataFrames += l.DataFrames
+	c.mu.banked.CtrlFrames += l.CtrlFrames
 	c.mu.bankF = c.mu.bankF.Add(f)
 	c.mu.last[i], c.mu.faults[i] = ClockReply{}, transport.FaultStats{}
 }
@@ -397,11 +403,14 @@ func (c *Coordinator) totals(res *Result) {
 		t.Late += c.mu.last[i].Late
 		t.Filtered += c.mu.last[i].Filtered
 		t.WireBytes += c.mu.last[i].WireBytes
+		t.DataFrames += c.mu.last[i].DataFrames
+		t.CtrlFrames += c.mu.last[i].CtrlFrames
 		f = f.Add(c.mu.faults[i])
 	}
 	res.Crashes, res.Late, res.Filtered, res.Transport = t.Crashes, t.Late, t.Filtered, f
 	res.Kills = c.kills.Load()
 	res.WireBytes = t.WireBytes
+	res.DataFrames, res.CtrlFrames = t.DataFrames, t.CtrlFrames
 }
 
 // Run runs the job to the end of its input and returns the results, or

@@ -559,12 +559,19 @@ type ClockReply struct {
 	// WireBytes is what the worker's transport node wrote to its sockets
 	// since it started, framing and control frames included.
 	WireBytes int64 `json:"wire_bytes"`
+	// DataFrames and CtrlFrames are the frames of the kinds transport
+	// faults drop that the node wrote since it started
+	// ([transport.ConnStats]).
+	DataFrames int64 `json:"data_frames"`
+	CtrlFrames int64 `json:"ctrl_frames"`
 }
 
 // Clock returns the least clock of the worker's tasks in generation gen.
 func (w *Worker) Clock(gen uint64) (ClockReply, error) {
+	t := w.node.Stats().Totals()
 	r := ClockReply{Gen: gen, Crashes: w.crashes.Load(), Processed: w.processed.Load(),
-		Late: w.late.Load(), Filtered: w.filtered.Load(), WireBytes: int64(w.node.Stats().Totals().WireOut)}
+		Late: w.late.Load(), Filtered: w.filtered.Load(), WireBytes: int64(t.WireOut),
+		DataFrames: int64(t.DataFrames), CtrlFrames: int64(t.CtrlFrames)}
 	inc := w.inc.Load()
 	if inc == nil || inc.gen != gen {
 		return r, fmt.Errorf("engine: worker is not running generation %d", gen)

@@ -161,6 +161,7 @@ type conn struct {
 
 type connCounters struct {
 	msgsOut, wireOut, batches atomic.Uint64
+	dataFrames, ctrlFrames    atomic.Uint64
 	direct, carried           atomic.Uint64
 	msgsIn, bytesIn, wireIn   atomic.Uint64
 	flushes                   [batch.NumCauses]atomic.Uint64

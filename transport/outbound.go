@@ -8,6 +8,7 @@ package transport
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/taskid"
@@ -295,7 +296,8 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 	if len(b.opens) > 0 {
 		iov = append(iov, b.opens)
 	}
-	if !b.empty() {
+	data := !b.empty()
+	if data {
 		frame := b.finish()
 		if c.compress && o.comp != nil {
 			body := frame[wire.HeaderLen:]
@@ -339,6 +341,12 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 	o.policy.Flushed(now, total, cause)
 	c.stats.wireOut.Add(uint64(total))
 	c.stats.batches.Add(1)
+	if data {
+		c.stats.dataFrames.Add(1)
+	}
+	if n := lossyCtrlFrames(o.ctrl) + lossyCtrlFrames(b.reqs); n > 0 {
+		c.stats.ctrlFrames.Add(n)
+	}
 	c.stats.flushes[cause].Add(1)
 	return total
 }
@@ -417,4 +425,23 @@ func (c *conn) hasRetired() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.mu.retired) > 0
+}
+
+// lossyCtrlFrames counts the ACKREQUEST, ACK, PING and PONG frames in b,
+// whole frames back to back: the control frames faults may drop
+// ([ConnStats.CtrlFrames]).
+func lossyCtrlFrames(b []byte) uint64 {
+	var n uint64
+	for len(b) >= wire.HeaderLen {
+		h, err := wire.DecodeHeader(b, math.MaxInt32)
+		if err != nil {
+			break
+		}
+		switch h.Type {
+		case wire.FrameAckRequest, wire.FrameAck, wire.FramePing, wire.FramePong:
+			n++
+		}
+		b = b[min(len(b), wire.HeaderLen+int(h.Length)):]
+	}
+	return n
 }

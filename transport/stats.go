@@ -71,6 +71,12 @@ type ConnStats struct {
 	MessagesOut uint64 `json:"messages_out"`
 	WireOut     uint64 `json:"wire_bytes_out"`
 	Batches     uint64 `json:"batches"`
+	// DataFrames and CtrlFrames count the frames written of the kinds
+	// injected faults drop or duplicate: DATA, and ACKREQUEST, ACK, PING
+	// and PONG. Counted whether or not faults are injected, they say how
+	// many chances [Faults] had.
+	DataFrames uint64 `json:"data_frames"`
+	CtrlFrames uint64 `json:"ctrl_frames"`
 	// DirectWrites counts the batches a sender wrote to the socket itself
 	// because the connection was idle (no loop wake-up); Carried, those of
 	// them the kernel took only in part, the rest going out from the loop.
@@ -100,6 +106,8 @@ func (s *ConnStats) add(o ConnStats) {
 	s.MessagesOut += o.MessagesOut
 	s.WireOut += o.WireOut
 	s.Batches += o.Batches
+	s.DataFrames += o.DataFrames
+	s.CtrlFrames += o.CtrlFrames
 	s.DirectWrites += o.DirectWrites
 	s.Carried += o.Carried
 	s.MessagesIn += o.MessagesIn
@@ -124,6 +132,8 @@ func (c *conn) snapshot() ConnStats {
 		MessagesOut:  c.stats.msgsOut.Load(),
 		WireOut:      c.stats.wireOut.Load(),
 		Batches:      c.stats.batches.Load(),
+		DataFrames:   c.stats.dataFrames.Load(),
+		CtrlFrames:   c.stats.ctrlFrames.Load(),
 		DirectWrites: c.stats.direct.Load(),
 		Carried:      c.stats.carried.Load(),
 		LoopBusy:     c.load.Load().current(loadNow()),

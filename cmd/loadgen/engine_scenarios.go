@@ -128,14 +128,17 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	cfg := engine.Config{
 		Transport: topts,
 		Nodes:     ec.nodes, Dir: dir, JobConfig: jobConf, StartOver: ec.startOver, CheckpointEvery: ec.ckptEvery, InitialInterval: initial,
-		Faults: f, NoSync: !ec.sync, NoChain: !ec.chain,
+		// A job with transport faults keeps its edges on the transport
+		// (the engine would not chain them either), also when a test has
+		// injectFaults leave them out.
+		Faults: injectFaults(f), NoSync: !ec.sync, NoChain: !ec.chain || f.Enabled(),
 		Restart: engine.RestartPolicy{MaxRestarts: ec.maxRestarts, Window: time.Minute, MinBackoff: 10 * time.Millisecond, MaxBackoff: time.Second},
 	}
 	if ec.maxRestarts == 0 { // the engine's 0 is its default
 		cfg.Restart.MaxRestarts = engine.NoRestarts
 	}
 	nodeFaults := func(node int) transport.Faults {
-		nf := f
+		nf := injectFaults(f)
 		nf.Seed += uint64(node) * 0x9e3779b97f4a7c15
 		if node > 0 {
 			nf.Reset = 0
@@ -183,7 +186,7 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	*prog = bench.NewProgress(stderr, c.Processed(), rec)
 	start := time.Now()
 	(*prog).Start()
-	stop := chaos(c, crash, kill, tc.seed)
+	stop := startChaos(c, crash, kill, tc.seed)
 	res, err := c.Run(ctx)
 	stop()
 	elapsed := time.Since(start)
@@ -239,21 +242,40 @@ func adoptJournaled(dir string, jc *jobConfig) {
 
 func faultsArg(f transport.Faults) string { return f.String() }
 
-func engineReport(scenario string, cfg map[string]any, res *engine.Result, elapsed time.Duration, prog *bench.Progress) *bench.Report {
+// startChaos starts the crash and kill faults (chaos), but in tests that
+// check what a run says when they never happened.
+var startChaos = chaos
+
+// engineReport starts the report of an engine run of tc's faults: its
+// counts, and the faults configured that never happened though the run gave
+// them the chance (Failures).
+func engineReport(scenario string, cfg map[string]any, res *engine.Result, elapsed time.Duration, prog *bench.Progress, tc transportConfig) *bench.Report {
 	r := bench.NewReport(scenario, cfg)
 	r.DurationS = elapsed.Seconds()
 	r.Checkpoints = res.Checkpoints
 	r.Recoveries = res.Recoveries
 	r.WireBytes = res.WireBytes
-	m := faultMap(res.Transport)
+	f, crash, kill, _ := engineFaults(tc.faults, tc.seed) // runEngine checked them
+	m := faultMap(f, res.Transport)
 	if m == nil {
 		m = map[string]int64{}
 	}
-	if res.Crashes > 0 {
+	if res.Crashes > 0 || crash > 0 {
 		m["crash"] = res.Crashes
 	}
-	if res.Kills > 0 {
+	if res.Kills > 0 || kill > 0 {
 		m["kill"] = res.Kills
+	}
+	// Killed workers restart with their nodes' clocks at zero: the timed
+	// transport faults (reset, partition) are checked only without kills.
+	ran := elapsed
+	if kill > 0 {
+		ran = 0
+	}
+	chances := faultChances{dataFrames: res.DataFrames, ctrlFrames: res.CtrlFrames, ran: ran}
+	r.Failures = append(checkTransportFaults(f, res.Transport, chances), checkChaos(crash, kill, res.Crashes, res.Kills, elapsed)...)
+	if n := chancesNote(f, chances); n != "" {
+		r.Notes = append(r.Notes, n)
 	}
 	if len(m) > 0 {
 		r.Faults = m
@@ -324,7 +346,7 @@ func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConf
 		diff = append(diff, "in "+ec.output+": "+d)
 	}
 	r := engineReport("wordcount", map[string]any{"input": ec.input, "output": ec.output, "nodes": ec.nodes,
-		"faults": tc.faults, "seed": tc.seed, "parallelism": ec.parallelism, "checkpoint_every": ec.ckptEvery.String()}, res, elapsed, prog)
+		"faults": tc.faults, "seed": tc.seed, "parallelism": ec.parallelism, "checkpoint_every": ec.ckptEvery.String()}, res, elapsed, prog, tc)
 	r.MessagesSent = wantWords
 	r.MessagesDelivered = words
 	r.Lost, r.Duplicates = lost, dup
@@ -386,7 +408,7 @@ func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfi
 	}
 	r := engineReport("pipeline", map[string]any{"size": tc.size, "duration": tc.duration.String(), "nodes": ec.nodes,
 		"faults": tc.faults, "seed": tc.seed, "parallelism": ec.parallelism, "checkpoint_every": ec.ckptEvery.String(),
-		"fsync": ec.sync, "chained": ec.chained(tc)}, res, elapsed, prog)
+		"fsync": ec.sync, "chained": ec.chained(tc)}, res, elapsed, prog, tc)
 	r.MessagesSent = chk.Generated
 	r.MessagesDelivered = chk.Delivered
 	r.Lost, r.Duplicates = chk.Lost, chk.Duplicated

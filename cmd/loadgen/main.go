@@ -59,8 +59,9 @@ func main() {
 }
 
 // errFailed means the run completed but its check failed (messages lost or
-// repeated); the report says which.
-var errFailed = errors.New("the run's delivery check failed")
+// repeated, a configured fault that never happened, a recovery nothing
+// injected); the report says which.
+var errFailed = errors.New("the run's check failed")
 
 func exitCode(err error) int {
 	switch {

@@ -282,7 +282,8 @@ func faultString(f string) string {
 }
 
 // finishReport writes the report files, prints the summary, and the JSON
-// line when asked. It returns errFailed when exactly-once did not hold.
+// line when asked. It returns errFailed when exactly-once did not hold or
+// the report lists failures.
 func finishReport(r *bench.Report, rec *bench.Recorder, out outputFlags, stdout, stderr io.Writer) error {
 	if out.out != "" {
 		if err := os.MkdirAll(out.out, 0o755); err != nil {
@@ -306,6 +307,9 @@ func finishReport(r *bench.Report, rec *bench.Recorder, out outputFlags, stdout,
 	}
 	if r.ExactlyOnce != nil && !*r.ExactlyOnce {
 		return fmt.Errorf("%w: %s", errFailed, r.ExactlyOnceStatement())
+	}
+	if len(r.Failures) > 0 {
+		return fmt.Errorf("%w: %s", errFailed, strings.Join(r.Failures, "; "))
 	}
 	return nil
 }

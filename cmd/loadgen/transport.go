@@ -242,17 +242,18 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	if len(rest) > 0 {
 		return nil, nil, fmt.Errorf("faults %s are not transport faults; the transport scenario takes drop, ctrldrop, dup, reset, delay, jitter, bw, ge and partition", strings.Join(rest, ","))
 	}
-	rxFaults := faults
+	rxFaults := injectFaults(faults)
 	rxFaults.Seed = cfg.seed + 0x9e3779b97f4a7c15
 	rxFaults.Reset = 0 // one side resets, or every reset would count twice
 	// One side partitions: it cuts the connection both ways.
 	rxFaults.PartitionAt, rxFaults.PartitionFor = 0, 0
+	nodesStart := time.Now()
 	rx, err := transport.NewNode(append([]transport.Option{transport.WithListen("127.0.0.1:0"), transport.WithFaults(rxFaults)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer rx.Abort()
-	tx, err := transport.NewNode(append([]transport.Option{transport.WithConnectionsPerPeer(cfg.connections), transport.WithFaults(faults)}, opts...)...)
+	tx, err := transport.NewNode(append([]transport.Option{transport.WithConnectionsPerPeer(cfg.connections), transport.WithFaults(injectFaults(faults))}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -344,7 +345,14 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	for _, c := range tx.ChannelStats() {
 		report.Resent += int64(c.Resent)
 	}
-	report.Faults = faultMap(txs.Faults, rxs.Faults)
+	report.Faults = faultMap(faults, txs.Faults, rxs.Faults)
+	txt, rxt := txs.Totals(), rxs.Totals()
+	chances := faultChances{dataFrames: int64(txt.DataFrames + rxt.DataFrames), ctrlFrames: int64(txt.CtrlFrames + rxt.CtrlFrames),
+		ran: time.Since(nodesStart)}
+	report.Failures = checkTransportFaults(faults, txs.Faults.Add(rxs.Faults), chances)
+	if n := chancesNote(faults, chances); n != "" {
+		report.Notes = append(report.Notes, n)
+	}
 	report.Timeline = prog.Samples()
 	report.Events = prog.Events()
 	report.Finish(rec)
@@ -409,7 +417,10 @@ func markFaults(prog *bench.Progress, nodes ...*transport.Node) func() {
 
 func drainTimeout(transportConfig) time.Duration { return 2 * time.Minute }
 
-func faultMap(stats ...transport.FaultStats) map[string]int64 {
+// faultMap is the report's count of each fault kind the nodes injected
+// (stats): those that happened, and those configured in f, happened or
+// not, so that a report shows a configured fault's 0.
+func faultMap(f transport.Faults, stats ...transport.FaultStats) map[string]int64 {
 	var s transport.FaultStats
 	for _, f := range stats {
 		s = s.Add(f)
@@ -420,8 +431,13 @@ func faultMap(stats ...transport.FaultStats) map[string]int64 {
 		"throttled_bytes": int64(s.Throttled), "partition_held": int64(s.PartitionHeld),
 		"partition_reads": int64(s.PartitionReads), "partition_ms": s.PartitionTime.Milliseconds(),
 	}
+	configured := map[string]bool{
+		"drop": f.Drop > 0, "ctrldrop": f.CtrlDrop > 0, "dup": f.Dup > 0, "reset": f.Reset > 0,
+		"ge_drop": f.GE != (transport.GilbertElliott{}), "delayed": f.Delay > 0 || f.Jitter > 0,
+		"throttled_bytes": f.Bandwidth > 0, "partition_held": f.PartitionFor > 0, "partition_ms": f.PartitionFor > 0,
+	}
 	for k, v := range m {
-		if v == 0 {
+		if v == 0 && !configured[k] {
 			delete(m, k)
 		}
 	}

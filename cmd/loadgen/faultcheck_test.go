@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/engine"
+	"github.com/sluicehq/sluice/transport"
+)
+
+// withoutInjection makes the runs of the test inject no transport fault and
+// start no crash or kill, whatever --faults says.
+func withoutInjection(t *testing.T) {
+	inject, start := injectFaults, startChaos
+	injectFaults = func(f transport.Faults) transport.Faults { return transport.Faults{Seed: f.Seed} }
+	startChaos = func(*engine.Coordinator, time.Duration, time.Duration, uint64) func() { return func() {} }
+	t.Cleanup(func() { injectFaults, startChaos = inject, start })
+}
+
+// runReport runs loadgen with args and returns its error and what it
+// printed.
+func runReport(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out strings.Builder
+	err := run(context.Background(), append(args, "--out", t.TempDir()), &out, &strings.Builder{})
+	return out.String(), err
+}
+
+// A transport run whose configured faults never happened (the injector
+// switched off) fails, saying which and how many were expected, and its
+// report counts them as 0; the same run with the injector on passes.
+func TestATransportRunWhoseFaultsNeverHappenedFails(t *testing.T) {
+	args := []string{"run", "--scenario", "transport", "--faults", "drop=0.05,dup=0.05", "--rate", "20000", "--channels", "4", "--duration", "1s"}
+	out, err := runReport(t, args...)
+	if err != nil {
+		t.Fatalf("with the injector on: %v\n%s", err, out)
+	}
+	for _, k := range []string{"| drop |", "| dup |"} {
+		if !strings.Contains(out, k) || strings.Contains(out, k+" 0 |") {
+			t.Errorf("with the injector on, the report counts no %s fault:\n%s", k, out)
+		}
+	}
+
+	withoutInjection(t)
+	out, err = runReport(t, args...)
+	if !errors.Is(err, errFailed) {
+		t.Fatalf("with the injector off: error %v, want errFailed\n%s", err, out)
+	}
+	for _, want := range []string{
+		"**Exactly-once held",
+		"**The run FAILED: drop=0.05 was configured and no DATA frame was dropped, of ",
+		"**The run FAILED: dup=0.05 was configured and no frame was duplicated, of ",
+		"| drop | 0 |", "| dup | 0 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("with the injector off, the report does not say %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(err.Error(), "drop=0.05 was configured") {
+		t.Errorf("error %q does not name the fault", err)
+	}
+}
+
+// An engine run whose configured crashes and link faults never happened
+// fails, naming each; with them injected it passes.
+func TestAnEngineRunWhoseFaultsNeverHappenedFails(t *testing.T) {
+	args := []string{"run", "--scenario", "pipeline", "--faults", "crash=200ms,drop=0.05", "--duration", "1500ms", "--fsync=false"}
+	out, err := runReport(t, args...)
+	if err != nil {
+		t.Fatalf("with the injector on: %v\n%s", err, out)
+	}
+	for _, k := range []string{"| crash |", "| drop |"} {
+		if !strings.Contains(out, k) || strings.Contains(out, k+" 0 |") {
+			t.Errorf("with the injector on, the report counts no %s fault:\n%s", k, out)
+		}
+	}
+
+	withoutInjection(t)
+	out, err = runReport(t, args...)
+	if !errors.Is(err, errFailed) {
+		t.Fatalf("with the injector off: error %v, want errFailed\n%s", err, out)
+	}
+	for _, want := range []string{
+		"**The run FAILED: crash=200ms was configured and no task crashed in ",
+		"**The run FAILED: drop=0.05 was configured and no DATA frame was dropped, of ",
+		"| crash | 0 |", "| drop | 0 |",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("with the injector off, the report does not say %q:\n%s", want, out)
+		}
+	}
+}
+
+// The check fails a kind only when it had the chance: at least minExpected
+// expected, or a reset or partition due well inside the run; and never a
+// kind that happened.
+func TestFaultCheckFailsOnlyFaultsThatHadTheirChance(t *testing.T) {
+	f := transport.Faults{Drop: 0.05, CtrlDrop: 0.1, Reset: time.Second, PartitionAt: time.Second, PartitionFor: 2 * time.Second}
+	for _, c := range []struct {
+		name string
+		s    transport.FaultStats
+		ch   faultChances
+		want []string // the kinds that fail, by their prefix
+	}{
+		{"999 DATA frames: 49.95 drops expected", transport.FaultStats{CtrlDropped: 1}, faultChances{dataFrames: 999}, nil},
+		{"1,000 DATA frames: 50 drops expected", transport.FaultStats{CtrlDropped: 1}, faultChances{dataFrames: 1000}, []string{"drop="}},
+		{"500 control frames", transport.FaultStats{DataDropped: 1}, faultChances{ctrlFrames: 500}, []string{"ctrldrop="}},
+		{"every kind happened", transport.FaultStats{DataDropped: 1, CtrlDropped: 1, Resets: 1, PartitionHeld: 1},
+			faultChances{dataFrames: 1e6, ctrlFrames: 1e6, ran: time.Hour}, nil},
+		{"a run of 3.9 s: the reset was due by 4 s", transport.FaultStats{DataDropped: 1, CtrlDropped: 1},
+			faultChances{ran: 3900 * time.Millisecond}, nil},
+		{"a run of 5 s: the partition heals at 3 s", transport.FaultStats{DataDropped: 1, CtrlDropped: 1},
+			faultChances{ran: 5 * time.Second}, []string{"reset=", "partition="}},
+		{"timed faults unchecked (ran 0)", transport.FaultStats{DataDropped: 1, CtrlDropped: 1}, faultChances{}, nil},
+	} {
+		got := checkTransportFaults(f, c.s, c.ch)
+		ok := len(got) == len(c.want)
+		for i := 0; ok && i < len(got); i++ {
+			ok = strings.HasPrefix(got[i], c.want[i])
+		}
+		if !ok {
+			t.Errorf("%s: failures %q, want those of %q", c.name, got, c.want)
+		}
+	}
+	if got := checkChaos(time.Second, 0, 0, 0, 2999*time.Millisecond); got != nil {
+		t.Errorf("no crash in a run of 2.999 periods: %q, want no failure", got)
+	}
+	if got := checkChaos(time.Second, time.Second, 0, 1, 3*time.Second); len(got) != 1 || !strings.HasPrefix(got[0], "crash=1s") {
+		t.Errorf("no crash and a kill in a run of 3 periods: %q, want the crash's failure", got)
+	}
+}
