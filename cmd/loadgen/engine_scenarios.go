@@ -36,6 +36,9 @@ type engineConfig struct {
 	sync        bool
 	chain       bool
 	startOver   bool
+	// expectRecoveries accepts recoveries in a run without crash or kill
+	// faults (checkRecoveries).
+	expectRecoveries bool
 	// agents, when set (by coordinate), places node i on agent i mod
 	// len(agents.agents) instead of in a child process.
 	agents *agentLauncher
@@ -52,6 +55,7 @@ func (c *engineConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.parallelism, "parallelism", 2, "engine scenarios: tasks of each processor after the source")
 	fs.IntVar(&c.maxRestarts, "max-restarts", 100, "engine scenarios: recoveries allowed per minute before the run fails (0: none)")
 	fs.BoolVar(&c.sync, "fsync", true, "engine scenarios: fsync logs and checkpoints")
+	fs.BoolVar(&c.expectRecoveries, "expect-recoveries", false, "engine scenarios: a run without crash= or kill= faults may recover (a task that fails on its own) and still pass")
 	fs.BoolVar(&c.chain, "chain", true, "engine scenarios: with --nodes 1 and no transport faults, hand messages between tasks by direct calls instead of the transport")
 }
 
@@ -110,7 +114,7 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	if rec != nil {
 		lat = rec.RecordN
 	}
-	job, err := jobs.Build(spec, lat)
+	job, err := buildJob(spec, lat)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -242,14 +246,18 @@ func adoptJournaled(dir string, jc *jobConfig) {
 
 func faultsArg(f transport.Faults) string { return f.String() }
 
+// buildJob builds the job of spec (jobs.Build), but in tests that make a
+// task fail on its own.
+var buildJob = jobs.Build
+
 // startChaos starts the crash and kill faults (chaos), but in tests that
 // check what a run says when they never happened.
 var startChaos = chaos
 
 // engineReport starts the report of an engine run of tc's faults: its
 // counts, and the faults configured that never happened though the run gave
-// them the chance (Failures).
-func engineReport(scenario string, cfg map[string]any, res *engine.Result, elapsed time.Duration, prog *bench.Progress, tc transportConfig) *bench.Report {
+// them the chance, and recoveries nothing injected (Failures).
+func engineReport(scenario string, cfg map[string]any, res *engine.Result, elapsed time.Duration, prog *bench.Progress, ec engineConfig, tc transportConfig) *bench.Report {
 	r := bench.NewReport(scenario, cfg)
 	r.DurationS = elapsed.Seconds()
 	r.Checkpoints = res.Checkpoints
@@ -274,6 +282,7 @@ func engineReport(scenario string, cfg map[string]any, res *engine.Result, elaps
 	}
 	chances := faultChances{dataFrames: res.DataFrames, ctrlFrames: res.CtrlFrames, ran: ran}
 	r.Failures = append(checkTransportFaults(f, res.Transport, chances), checkChaos(crash, kill, res.Crashes, res.Kills, elapsed)...)
+	r.Failures = append(r.Failures, checkRecoveries(crash, kill, res.Recoveries, ec.expectRecoveries)...)
 	if n := chancesNote(f, chances); n != "" {
 		r.Notes = append(r.Notes, n)
 	}
@@ -346,7 +355,7 @@ func runWordCountScenario(ctx context.Context, ec engineConfig, tc transportConf
 		diff = append(diff, "in "+ec.output+": "+d)
 	}
 	r := engineReport("wordcount", map[string]any{"input": ec.input, "output": ec.output, "nodes": ec.nodes,
-		"faults": tc.faults, "seed": tc.seed, "parallelism": ec.parallelism, "checkpoint_every": ec.ckptEvery.String()}, res, elapsed, prog, tc)
+		"faults": tc.faults, "seed": tc.seed, "parallelism": ec.parallelism, "checkpoint_every": ec.ckptEvery.String()}, res, elapsed, prog, ec, tc)
 	r.MessagesSent = wantWords
 	r.MessagesDelivered = words
 	r.Lost, r.Duplicates = lost, dup
@@ -408,7 +417,7 @@ func runPipelineScenario(ctx context.Context, ec engineConfig, tc transportConfi
 	}
 	r := engineReport("pipeline", map[string]any{"size": tc.size, "duration": tc.duration.String(), "nodes": ec.nodes,
 		"faults": tc.faults, "seed": tc.seed, "parallelism": ec.parallelism, "checkpoint_every": ec.ckptEvery.String(),
-		"fsync": ec.sync, "chained": ec.chained(tc)}, res, elapsed, prog, tc)
+		"fsync": ec.sync, "chained": ec.chained(tc)}, res, elapsed, prog, ec, tc)
 	r.MessagesSent = chk.Generated
 	r.MessagesDelivered = chk.Delivered
 	r.Lost, r.Duplicates = chk.Lost, chk.Duplicated

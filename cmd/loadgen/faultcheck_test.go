@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/jobs"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/transport"
 )
@@ -130,5 +133,78 @@ func TestFaultCheckFailsOnlyFaultsThatHadTheirChance(t *testing.T) {
 	}
 	if got := checkChaos(time.Second, time.Second, 0, 1, 3*time.Second); len(got) != 1 || !strings.HasPrefix(got[0], "crash=1s") {
 		t.Errorf("no crash and a kill in a run of 3 periods: %q, want the crash's failure", got)
+	}
+}
+
+// failingOnce is a stateful sink task whose first batch, of all its
+// incarnations, fails.
+type failingOnce struct {
+	task interface {
+		engine.Task
+		engine.Stateful
+		engine.Finisher
+	}
+	failed *atomic.Bool
+}
+
+func (f failingOnce) Process(in []engine.Message, out *engine.Emitter) error {
+	if len(in) > 0 && f.failed.CompareAndSwap(false, true) {
+		return errors.New("the test's task fails once")
+	}
+	return f.task.Process(in, out)
+}
+func (f failingOnce) Snapshot(dst []byte) ([]byte, error) { return f.task.Snapshot(dst) }
+func (f failingOnce) Restore(b []byte) error              { return f.task.Restore(b) }
+func (f failingOnce) Finish() ([]byte, error)             { return f.task.Finish() }
+
+// A run with no crash or kill fault whose task failed on its own (once) is
+// not reported as plainly held: it fails, saying so, unless
+// --expect-recoveries accepts it.
+func TestARecoveryNothingInjectedFailsTheRun(t *testing.T) {
+	build := buildJob
+	t.Cleanup(func() { buildJob = build })
+	var failed atomic.Bool
+	buildJob = func(spec jobs.Spec, lat jobs.Latency) (*engine.Job, error) {
+		job, err := build(spec, lat)
+		if err != nil {
+			return nil, err
+		}
+		last := &job.Procs[len(job.Procs)-1]
+		newTask := last.NewTask
+		last.NewTask = func(i int) (engine.Task, error) {
+			task, err := newTask(i)
+			if err != nil || i != 0 {
+				return task, err
+			}
+			st, ok := task.(interface {
+				engine.Task
+				engine.Stateful
+				engine.Finisher
+			})
+			if !ok {
+				return nil, fmt.Errorf("the sink %T is not a stateful finisher", task)
+			}
+			return failingOnce{st, &failed}, nil
+		}
+		return job, nil
+	}
+	args := []string{"run", "--scenario", "pipeline", "--duration", "1s", "--fsync=false"}
+	out, err := runReport(t, args...)
+	if !failed.Load() {
+		t.Fatal("the task never failed")
+	}
+	if !errors.Is(err, errFailed) {
+		t.Fatalf("error %v, want errFailed\n%s", err, out)
+	}
+	for _, want := range []string{"**Exactly-once held", "**The run FAILED: 1 recovery though no crash or kill fault was configured: a task failed on its own", "| recoveries | 1 |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report does not say %q:\n%s", want, out)
+		}
+	}
+
+	failed.Store(false)
+	out, err = runReport(t, append(args, "--expect-recoveries")...)
+	if err != nil || !failed.Load() || strings.Contains(out, "FAILED") || !strings.Contains(out, "| recoveries | 1 |") {
+		t.Errorf("--expect-recoveries: error %v, the task failed %v; want one recovery and a run that passes\n%s", err, failed.Load(), out)
 	}
 }

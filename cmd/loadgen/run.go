@@ -94,7 +94,7 @@ var scenarioFlags = func() map[string][]string {
 	// What the transport scenario sends and the pipeline generates.
 	add([]string{"transport", "pipeline"}, "size", "duration")
 	add([]string{"wordcount"}, "input", "output")
-	add(engine, "nodes", "data-dir", "start-over", "checkpoint-every", "parallelism", "max-restarts", "fsync", "chain")
+	add(engine, "nodes", "data-dir", "start-over", "checkpoint-every", "parallelism", "max-restarts", "fsync", "chain", "expect-recoveries")
 	return m
 }()
 
