@@ -209,10 +209,13 @@ func TestTransportRunMarksThePartitionOnItsTimeline(t *testing.T) {
 	if began == 0 || healed <= began {
 		t.Errorf("events %+v: want a partition then its heal", r.Events)
 	}
-	for _, k := range []string{"delayed", "partition_held", "partition_ms"} {
+	for _, k := range []string{"delayed", "ge_drop", "partition_held", "partition_ms"} {
 		if r.Faults[k] == 0 {
 			t.Errorf("the report's faults %v count no %s", r.Faults, k)
 		}
+	}
+	if len(r.Failures) > 0 {
+		t.Errorf("the run failed: %q", r.Failures)
 	}
 	var svg strings.Builder
 	if err := bench.WriteTimelineSVG(&svg, r); err != nil {
