@@ -115,7 +115,7 @@ func (h *processHandle) restart(ctx context.Context) error {
 		}
 		var r Response
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.Addr == "" {
-			hello <- fmt.Errorf("engine: node %d said %q instead of hello", h.node, sc.Text())
+			hello <- fmt.Errorf("engine: node %d said %.200q instead of hello", h.node, sc.Bytes())
 			return
 		}
 		h.listen = r.Addr

@@ -93,6 +93,26 @@ func TestANodeThatBreaksTheControlProtocolIsKilledAndReported(t *testing.T) {
 	}
 }
 
+// TestANodeWhoseFirstLineIsNoHelloIsRefusedWithAShortReason: a worker
+// whose first line is not a hello (a megabyte of binary output, say) is
+// refused with a reason that quotes the start of the line, not all of it:
+// quoted whole, the line made an error of four megabytes, and a line up to
+// maxWorkerLine one of a gigabyte.
+func TestANodeWhoseFirstLineIsNoHelloIsRefusedWithAShortReason(t *testing.T) {
+	proc := newPipeProcess()
+	launch := func(context.Context, int, string) (WorkerProcess, error) { return proc, nil }
+	go io.WriteString(proc.outW, strings.Repeat("\xff", 1<<20)+"\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := newProcessHandle(ctx, launch, 2, make(chan Event, 4))
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("newProcessHandle: %v (context: %v), want the node refused at once", err, ctx.Err())
+	}
+	if msg := err.Error(); len(msg) > 1<<10 || !strings.Contains(msg, "node 2") || !strings.Contains(msg, "instead of hello") || !strings.Contains(msg, `\xff\xff`) {
+		t.Fatalf("the refusal is %d bytes long, want at most 1 KiB naming the node and quoting the line's start: %.300q", len(msg), msg)
+	}
+}
+
 // serve plays a worker on p: it says hello, then answers every request
 // with the line answer makes, until its stdin ends; then it exits.
 func (p *pipeProcess) serve(answer func(Request) string) {
