@@ -105,21 +105,14 @@ func (h *processHandle) restart(ctx context.Context) error {
 		return err
 	}
 	stdin := proc.Stdin()
-	sc := bufio.NewScanner(proc.Stdout())
-	sc.Buffer(make([]byte, 64<<10), 256<<20)
+	sc := newLineScanner(proc.Stdout(), maxWorkerLine)
 	hello := make(chan error, 1)
 	go func() {
-		if !sc.Scan() {
-			hello <- fmt.Errorf("engine: node %d exited before saying hello: %v", h.node, sc.Err())
-			return
+		addr, err := readHello(sc, h.node)
+		if err == nil {
+			h.listen = addr
 		}
-		var r Response
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.Addr == "" {
-			hello <- fmt.Errorf("engine: node %d said %.200q instead of hello", h.node, sc.Bytes())
-			return
-		}
-		h.listen = r.Addr
-		hello <- nil
+		hello <- err
 	}()
 	select {
 	case err = <-hello:
@@ -150,10 +143,10 @@ func (h *processHandle) restart(ctx context.Context) error {
 func (h *processHandle) read(proc WorkerProcess, sc *bufio.Scanner, exited chan struct{}, life uint64) {
 	defer close(exited)
 	broke := ""
-	for sc.Scan() {
-		var r Response
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			broke = fmt.Sprintf("engine: node %d broke the control protocol with the line %.200q (%v); killed it", h.node, sc.Bytes(), err)
+	for {
+		r, ok, why := readResponse(sc, h.node)
+		if !ok {
+			broke = why
 			break
 		}
 		if r.Event != nil {
@@ -167,9 +160,6 @@ func (h *processHandle) read(proc WorkerProcess, sc *bufio.Scanner, exited chan 
 		if ch != nil {
 			ch <- r
 		}
-	}
-	if err := sc.Err(); err != nil && broke == "" {
-		broke = fmt.Sprintf("engine: node %d: reading its control lines: %v; killed it", h.node, err)
 	}
 	if broke != "" {
 		_ = proc.Kill()
@@ -191,6 +181,48 @@ func (h *processHandle) read(proc WorkerProcess, sc *bufio.Scanner, exited chan 
 	if !wasDead {
 		h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: how, Node: h.node, Life: life}
 	}
+}
+
+// maxWorkerLine is the longest line the coordinator reads from a worker: a
+// "finish" answer carries a generation's results, base64 in one line.
+const maxWorkerLine = 256 << 20
+
+// newLineScanner reads the lines of a worker's stdout, each at most max
+// bytes: a longer one ends the scan with bufio.ErrTooLong.
+func newLineScanner(r io.Reader, max int) *bufio.Scanner {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, min(64<<10, max)), max)
+	return sc
+}
+
+// readHello reads a worker's first line, its hello, and returns the
+// transport address it names.
+func readHello(sc *bufio.Scanner, node int) (string, error) {
+	if !sc.Scan() {
+		return "", fmt.Errorf("engine: node %d exited before saying hello: %v", node, sc.Err())
+	}
+	var r Response
+	if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.Addr == "" {
+		return "", fmt.Errorf("engine: node %d said %.200q instead of hello", node, sc.Bytes())
+	}
+	return r.Addr, nil
+}
+
+// readResponse reads a worker's next line after its hello: a response or
+// an event. ok is false once the lines end; then broke says how the worker
+// broke the control protocol (a line that is not a response, one too long
+// to read), "" if its output simply ended.
+func readResponse(sc *bufio.Scanner, node int) (r Response, ok bool, broke string) {
+	if !sc.Scan() {
+		if err := sc.Err(); err != nil {
+			return Response{}, false, fmt.Sprintf("engine: node %d: reading its control lines: %v; killed it", node, err)
+		}
+		return Response{}, false, ""
+	}
+	if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+		return Response{}, false, fmt.Sprintf("engine: node %d broke the control protocol with the line %.200q (%v); killed it", node, sc.Bytes(), err)
+	}
+	return r, true, ""
 }
 
 func (h *processHandle) do(ctx context.Context, req Request) (Response, error) {
