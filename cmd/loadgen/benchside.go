@@ -96,6 +96,24 @@ type sideReply struct {
 	Err      string                 `json:"err,omitempty"`
 }
 
+// parseSideSpec decodes a line of a host's requests.
+func parseSideSpec(line []byte) (sideSpec, error) {
+	var spec sideSpec
+	if err := json.Unmarshal(line, &spec); err != nil {
+		return sideSpec{}, fmt.Errorf("bench: a malformed side request: %w", err)
+	}
+	return spec, nil
+}
+
+// parseSideReply decodes a line of a host's answers.
+func parseSideReply(line []byte) (sideReply, error) {
+	var r sideReply
+	if err := json.Unmarshal(line, &r); err != nil {
+		return sideReply{}, fmt.Errorf("a malformed answer: %w", err)
+	}
+	return r, nil
+}
+
 // side is a running receiving half.
 type side interface {
 	addr() string
@@ -491,7 +509,7 @@ func (h *childHost) call(ctx context.Context, spec sideSpec) (sideReply, error) 
 		var a answer
 		switch {
 		case h.out.Scan():
-			a.err = json.Unmarshal(h.out.Bytes(), &a.r)
+			a.r, a.err = parseSideReply(h.out.Bytes())
 		case h.out.Err() != nil:
 			a.err = h.out.Err()
 		default:
@@ -569,10 +587,9 @@ func benchPeerCmd(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			}
 			line = l
 		}
-		var spec sideSpec
 		var r sideReply
-		var err error
-		if err = json.Unmarshal(line, &spec); err == nil {
+		spec, err := parseSideSpec(line)
+		if err == nil {
 			switch spec.Op {
 			case "start":
 				r.Addr, r.PID, err = h.start(ctx, spec)

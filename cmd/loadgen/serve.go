@@ -186,9 +186,9 @@ func (s *server) handler(target taskid.ID) transport.Handler {
 // onControl answers a send run's request for its findings.
 func (s *server) onControl(_ taskid.Channel, _ uint64, msgs []transport.Message) {
 	for _, m := range msgs {
-		var req reportRequest
-		if err := json.Unmarshal(m.Payload, &req); err != nil {
-			fmt.Fprintf(s.stderr, "loadgen serve: a malformed report request: %v\n", err)
+		req, err := parseReportRequest(m.Payload)
+		if err != nil {
+			fmt.Fprintf(s.stderr, "loadgen serve: %v\n", err)
 			continue
 		}
 		if s.replying.Add(1) > maxReplies {
@@ -205,6 +205,25 @@ func (s *server) onControl(_ taskid.Channel, _ uint64, msgs []transport.Message)
 			s.reply(req, f)
 		}()
 	}
+}
+
+// parseReportRequest decodes a report request, a control channel message.
+func parseReportRequest(payload []byte) (reportRequest, error) {
+	var req reportRequest
+	if err := json.Unmarshal(payload, &req); err != nil {
+		return reportRequest{}, fmt.Errorf("a malformed report request: %w", err)
+	}
+	return req, nil
+}
+
+// parseFindings decodes serve's answer to a report request, a reply
+// channel message.
+func parseFindings(payload []byte) (control.Received, error) {
+	var f control.Received
+	if err := json.Unmarshal(payload, &f); err != nil {
+		return control.Received{}, fmt.Errorf("malformed findings: %w", err)
+	}
+	return f, nil
 }
 
 func (s *server) reply(req reportRequest, f control.Received) {
@@ -384,8 +403,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	answer := make(chan control.Received, 1)
 	if err := node.Handle(replyTarget, func(_ taskid.Channel, _ uint64, msgs []transport.Message) {
 		for _, m := range msgs {
-			var f control.Received
-			if json.Unmarshal(m.Payload, &f) == nil {
+			if f, err := parseFindings(m.Payload); err == nil {
 				select {
 				case answer <- f:
 				default:
