@@ -343,28 +343,13 @@ func (r *pipeReader) snapshot() []byte {
 }
 
 // checkDialerOutput checks what a dialing node wrote to the accepting
-// side: its preface, then well-formed frames of the kinds a dialing side
-// sends, a GOAWAY only last, of a code that says the peer broke the
-// protocol or a limit, or that the node shut down. needAnswer and ponged
-// are as for checkAccepterOutput.
+// side (checkNodeOutput): besides PING, PONG and GOAWAY, OPEN, CLOSE,
+// ACKREQUEST and uncompressed DATA, the listener not having offered
+// compression.
 func checkDialerOutput(b []byte, needAnswer, ponged bool) error {
-	if len(b) < wire.PrefaceLen {
-		return fmt.Errorf("the node wrote %d bytes, not even its preface", len(b))
-	}
-	if _, _, err := wire.DecodePreface(b); err != nil {
-		return fmt.Errorf("the node's preface: %v", err)
-	}
-	b = b[wire.PrefaceLen:]
-	var goaway *wire.GoAway
 	var r wire.DataReader
-	for len(b) > 0 {
-		f, n, err := wire.DecodeFrame(b, 0)
-		if err != nil {
-			return fmt.Errorf("the node wrote a frame that does not decode: %v", err)
-		}
-		if goaway != nil {
-			return fmt.Errorf("a %v frame after GOAWAY %v", f.Type, goaway.Code)
-		}
+	return checkNodeOutput(b, needAnswer, ponged, "a dialing", func(f wire.Frame) (bool, error) {
+		var err error
 		switch f.Type {
 		case wire.FrameOpen:
 			_, err = wire.ParseOpen(f.Body)
@@ -374,8 +359,7 @@ func checkDialerOutput(b []byte, needAnswer, ponged bool) error {
 			_, err = wire.ParseAckRequest(f.Body)
 		case wire.FrameData:
 			if f.Flags&wire.DataCompressed != 0 {
-				err = fmt.Errorf("compressed, though the listener did not offer compression")
-				break
+				return true, fmt.Errorf("compressed, though the listener did not offer compression")
 			}
 			r.Reset(f.Body)
 			for {
@@ -392,27 +376,9 @@ func checkDialerOutput(b []byte, needAnswer, ponged bool) error {
 			if err == io.EOF {
 				err = nil
 			}
-		case wire.FramePing:
-			_, err = wire.ParsePing(f.Body)
-		case wire.FramePong:
-			_, err = wire.ParsePong(f.Flags, f.Body)
-		case wire.FrameGoAway:
-			var g wire.GoAway
-			g, err = wire.ParseGoAway(f.Body)
-			goaway = &g
 		default:
-			err = fmt.Errorf("a dialing node may not send it")
+			return false, nil
 		}
-		if err != nil {
-			return fmt.Errorf("the node's %v frame: %v", f.Type, err)
-		}
-		b = b[n:]
-	}
-	if goaway != nil && goaway.Code != wire.GoAwayProtocolError && goaway.Code != wire.GoAwayLimit && goaway.Code != wire.GoAwayShutdown {
-		return fmt.Errorf("GOAWAY %v (%q)", goaway.Code, goaway.Message)
-	}
-	if needAnswer && !ponged && (goaway == nil || goaway.Code == wire.GoAwayShutdown) {
-		return fmt.Errorf("the node neither answered a PING after whole frames nor refused them")
-	}
-	return nil
+		return true, err
+	})
 }

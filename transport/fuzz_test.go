@@ -251,12 +251,26 @@ func hasPong(b []byte) bool {
 	}
 }
 
-// checkAccepterOutput checks what an accepting node wrote to a dialing
-// peer: its preface, then well-formed frames of the kinds an accepting
-// side sends, a GOAWAY only last. needAnswer says that the peer sent
-// whole frames and a PING, and ponged that the PONG came back: if it did
-// not, the node must have closed the connection with a GOAWAY saying why.
+// checkAccepterOutput checks what an accepting node wrote to the dialing
+// peer (checkNodeOutput): besides PING, PONG and GOAWAY, only ACKs.
 func checkAccepterOutput(b []byte, needAnswer, ponged bool) error {
+	return checkNodeOutput(b, needAnswer, ponged, "an accepting", func(f wire.Frame) (bool, error) {
+		if f.Type != wire.FrameAck {
+			return false, nil
+		}
+		_, err := wire.ParseAck(f.Body)
+		return true, err
+	})
+}
+
+// checkNodeOutput checks what a node wrote to its peer: its preface, then
+// well-formed frames, a GOAWAY only last, of a code that says the peer
+// broke the protocol or a limit, or that the node shut down. parse checks a
+// frame of a kind only side's nodes send and reports whether it is one.
+// needAnswer says that the peer sent whole frames and a PING, and ponged
+// that the PONG came back: if it did not, the node must have closed the
+// connection with a GOAWAY saying why.
+func checkNodeOutput(b []byte, needAnswer, ponged bool, side string, parse func(wire.Frame) (bool, error)) error {
 	if len(b) < wire.PrefaceLen {
 		return fmt.Errorf("the node wrote %d bytes, not even its preface", len(b))
 	}
@@ -274,8 +288,6 @@ func checkAccepterOutput(b []byte, needAnswer, ponged bool) error {
 			return fmt.Errorf("a %v frame after GOAWAY %v", f.Type, goaway.Code)
 		}
 		switch f.Type {
-		case wire.FrameAck:
-			_, err = wire.ParseAck(f.Body)
 		case wire.FramePing:
 			_, err = wire.ParsePing(f.Body)
 		case wire.FramePong:
@@ -285,7 +297,10 @@ func checkAccepterOutput(b []byte, needAnswer, ponged bool) error {
 			g, err = wire.ParseGoAway(f.Body)
 			goaway = &g
 		default:
-			err = fmt.Errorf("an accepting node may not send it")
+			var ok bool
+			if ok, err = parse(f); !ok {
+				err = fmt.Errorf("%s node may not send it", side)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("the node's %v frame: %v", f.Type, err)
