@@ -986,20 +986,7 @@ func TestAMessageAckedAfterItsSubscriptionEndedIsNotDeliveredAgain(t *testing.T)
 	sub := newSubscriber(t, dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	first, err := sub.Subscribe(ctx, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := newPublisher(t, dir)
-	if err := pub.Publish("t", numbered(0), numbered(1)); err != nil {
-		t.Fatal(err)
-	}
-	var held *message.Message
-	select {
-	case held = <-first:
-	case <-time.After(10 * time.Second): // hang guard
-		t.Fatal("the subscription received nothing")
-	}
+	first, held := holdFirst(t, ctx, sub, dir)
 	cancel()
 	for range first {
 	}
@@ -1091,20 +1078,7 @@ func TestASubscriptionEndingAsItTakesAMessageIsClosedBeforeTheAck(t *testing.T) 
 	})
 	dir := watermill.NewMemDirectory()
 	sub := newSubscriber(t, dir)
-	first, err := sub.Subscribe(ctx, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := newPublisher(t, dir)
-	if err := pub.Publish("t", numbered(0), numbered(1)); err != nil {
-		t.Fatal(err)
-	}
-	var held *message.Message
-	select {
-	case held = <-first:
-	case <-time.After(10 * time.Second): // hang guard
-		t.Fatal("the subscription received nothing")
-	}
+	first, held := holdFirst(t, ctx, sub, dir)
 	select {
 	case <-drained(first):
 	case <-time.After(5 * time.Second):
@@ -1113,5 +1087,27 @@ func TestASubscriptionEndingAsItTakesAMessageIsClosedBeforeTheAck(t *testing.T) 
 	held.Ack()
 	if got := receive(t, subscribe(t, sub, "t"), 1); got[0] != "1" {
 		t.Fatalf("after message %s was acked, the next subscription received %s", held.Payload, got[0])
+	}
+}
+
+// holdFirst subscribes sub to topic "t" with ctx, publishes messages 0 and
+// 1 to it from a new Publisher of dir, and returns the subscription and
+// its first message, received and neither acked nor nacked.
+func holdFirst(t *testing.T, ctx context.Context, sub *watermill.Subscriber, dir watermill.Directory) (<-chan *message.Message, *message.Message) {
+	t.Helper()
+	first, err := sub.Subscribe(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := newPublisher(t, dir)
+	if err := pub.Publish("t", numbered(0), numbered(1)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case held := <-first:
+		return first, held
+	case <-time.After(10 * time.Second): // hang guard
+		t.Fatal("the subscription received nothing")
+		return nil, nil
 	}
 }
