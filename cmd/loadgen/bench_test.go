@@ -403,6 +403,18 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 
 // The second process answers every line, a bad one with an error and its
 // pid, and keeps serving after it.
+// A request line longer than any spec ends benchpeer with an error that
+// says what it was reading and the limit, not a bare "token too long".
+func TestBenchPeerRefusesAnOverlongRequestClearly(t *testing.T) {
+	in := `{"op":"finish","kind":"` + strings.Repeat("x", maxSpecLine) + "\"}\n"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := benchPeerCmd(ctx, nil, strings.NewReader(in), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "benchpeer: reading a request") || !strings.Contains(err.Error(), "at most 65536 bytes") {
+		t.Fatalf("error %v, want one that says a request line is at most 65536 bytes", err)
+	}
+}
+
 func TestBenchPeerAnswersBadRequests(t *testing.T) {
 	in := strings.Join([]string{
 		`not json`,

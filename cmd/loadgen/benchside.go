@@ -554,6 +554,10 @@ func (h *childHost) close() error {
 	return h.waitErr
 }
 
+// maxSpecLine is the longest request line benchPeerCmd reads; a side's
+// spec is a few hundred bytes.
+const maxSpecLine = 64 << 10
+
 // benchPeerCmd is the second process of loadgen bench: it starts and
 // finishes sides as its stdin asks, one JSON line each, answering each on
 // stdout, until stdin ends or ctx is done (SIGINT, SIGTERM).
@@ -567,10 +571,15 @@ func benchPeerCmd(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	scanErr := make(chan error, 1)
 	go func() {
 		sc := bufio.NewScanner(stdin)
+		sc.Buffer(make([]byte, 4<<10), maxSpecLine)
 		for sc.Scan() {
 			lines <- bytes.Clone(sc.Bytes())
 		}
-		scanErr <- sc.Err()
+		if err := sc.Err(); err != nil {
+			scanErr <- fmt.Errorf("benchpeer: reading a request: %w (a request is one JSON line of at most %d bytes)", err, maxSpecLine)
+		} else {
+			scanErr <- nil
+		}
 		close(lines)
 	}()
 	enc := json.NewEncoder(stdout)
