@@ -19,7 +19,7 @@ import (
 // same type travels as a JSON line to `loadgen node` children.
 type Request struct {
 	ID      uint64    `json:"id"`
-	Op      string    `json:"op"` // start, run, stop, clock, checkpoint, horizon, commit, crash, finish, latest, common, exit
+	Op      string    `json:"op"` // start, run, stop, clock, checkpoint, horizon, commit, crash, finish, common, exit
 	Gen     uint64    `json:"gen,omitempty"`
 	Start   *StartCmd `json:"start,omitempty"`
 	Persist bool      `json:"persist,omitempty"`
@@ -36,14 +36,12 @@ type Response struct {
 	Err string `json:"err,omitempty"`
 	// LogLost marks an Err that wraps ErrSourceLogLost: no recovery can
 	// help, and the coordinator ends the run.
-	LogLost  bool                 `json:"log_lost,omitempty"`
-	Clock    *ClockReply          `json:"clock,omitempty"`
-	LatestTs int64                `json:"latest_ts,omitempty"`
-	LatestOK bool                 `json:"latest_ok,omitempty"`
-	Results  map[string][]byte    `json:"results,omitempty"`
-	Faults   transport.FaultStats `json:"faults"`
-	Event    *Event               `json:"event,omitempty"`
-	Addr     string               `json:"addr,omitempty"` // the hello line
+	LogLost bool                 `json:"log_lost,omitempty"`
+	Clock   *ClockReply          `json:"clock,omitempty"`
+	Results map[string][]byte    `json:"results,omitempty"`
+	Faults  transport.FaultStats `json:"faults"`
+	Event   *Event               `json:"event,omitempty"`
+	Addr    string               `json:"addr,omitempty"` // the hello line
 	// Common answers "common": the checkpoints, newest first, that every
 	// task the request names has and can load.
 	Common []int64 `json:"common,omitempty"`
@@ -92,8 +90,6 @@ func (w *Worker) Do(req Request) Response {
 		}
 	case "finish":
 		r.Results, err = w.Finish(req.Gen)
-	case "latest":
-		r.LatestTs, r.LatestOK, err = w.Latest(req.Tasks)
 	case "common":
 		r.Common, err = w.Common(req.Tasks)
 	default:

@@ -217,16 +217,16 @@ func (c *Coordinator) checkpointsLost(ctx context.Context, stateful [][]string, 
 	for i, h := range c.handles {
 		for _, task := range stateful[i] {
 			cctx, cancel := context.WithTimeout(ctx, callTimeout)
-			r, err := h.do(cctx, Request{Op: "latest", Tasks: []string{task}})
+			r, err := h.do(cctx, Request{Op: "common", Tasks: []string{task}})
 			cancel()
 			switch {
 			case err != nil:
 				fmt.Fprintf(&b, "; node %d could not list the checkpoints of %s: %v", i, task, err)
-			case !r.LatestOK:
+			case len(r.Common) == 0:
 				fmt.Fprintf(&b, "; %s on node %d has no checkpoint (missing or corrupt)", task, i)
-			case r.LatestTs < c.logFloor:
+			case r.Common[0] < c.logFloor:
 				fmt.Fprintf(&b, "; %s on node %d has none from %d on (missing or corrupt), its newest is %d",
-					task, i, c.logFloor, r.LatestTs)
+					task, i, c.logFloor, r.Common[0])
 			default:
 				continue
 			}

@@ -723,14 +723,6 @@ func (w *Worker) Stop() {
 	}
 }
 
-// Latest returns the newest checkpoint every named task has on this node.
-func (w *Worker) Latest(tasks []string) (int64, bool, error) {
-	if len(tasks) == 0 {
-		return 0, false, nil
-	}
-	return w.ckpts.LatestCommon(tasks)
-}
-
 // Common returns every checkpoint, newest first, that every named task has
 // on this node and that loads.
 func (w *Worker) Common(tasks []string) ([]int64, error) {

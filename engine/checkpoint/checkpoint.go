@@ -10,8 +10,9 @@
 // a CRC-32C of the state, and a file that fails any check is skipped with a
 // logged reason, never loaded.
 //
-// Recovery asks [Store.LatestCommon] for the newest timestamp at which every
-// task of the job has a valid checkpoint, and [Store.Load]s each task's
+// Recovery asks each node's Store for the timestamps at which all its tasks
+// have a valid checkpoint ([Store.Common]; [Store.LatestCommon] is the
+// newest), restores one that every node has, and [Store.Load]s each task's
 // state at that timestamp.
 //
 // File layout (little endian):
@@ -426,29 +427,21 @@ func (s *Store) Latest(task string) (ts int64, state []byte, ok bool, err error)
 // none (or tasks is empty). It reads every candidate file in full to check
 // it, streaming, without keeping the states.
 func (s *Store) LatestCommon(tasks []string) (ts int64, ok bool, err error) {
-	if len(tasks) == 0 {
-		return 0, false, nil
-	}
-	cands, err := s.candidates(tasks)
-	if err != nil {
+	common, err := s.common(tasks, 1)
+	if err != nil || len(common) == 0 {
 		return 0, false, err
 	}
-	for _, t := range cands {
-		good, err := s.validAll(tasks, t)
-		if err != nil {
-			return 0, false, err
-		}
-		if good {
-			return t, true, nil
-		}
-	}
-	return 0, false, nil
+	return common[0], true, nil
 }
 
 // Common returns every timestamp, newest first, at which every listed task
 // has a checkpoint that verifies (none if tasks is empty). Like
 // LatestCommon it reads each candidate file in full.
-func (s *Store) Common(tasks []string) ([]int64, error) {
+func (s *Store) Common(tasks []string) ([]int64, error) { return s.common(tasks, -1) }
+
+// common is Common's first max timestamps (all of them when max < 0): it
+// stops verifying once it has them.
+func (s *Store) common(tasks []string, max int) ([]int64, error) {
 	if len(tasks) == 0 {
 		return nil, nil
 	}
@@ -458,6 +451,9 @@ func (s *Store) Common(tasks []string) ([]int64, error) {
 	}
 	var common []int64
 	for _, t := range cands {
+		if len(common) == max {
+			break
+		}
 		good, err := s.validAll(tasks, t)
 		if err != nil {
 			return nil, err
