@@ -96,24 +96,6 @@ type sideReply struct {
 	Err      string                 `json:"err,omitempty"`
 }
 
-// parseSideSpec decodes a line of a host's requests.
-func parseSideSpec(line []byte) (sideSpec, error) {
-	var spec sideSpec
-	if err := json.Unmarshal(line, &spec); err != nil {
-		return sideSpec{}, fmt.Errorf("bench: a malformed side request: %w", err)
-	}
-	return spec, nil
-}
-
-// parseSideReply decodes a line of a host's answers.
-func parseSideReply(line []byte) (sideReply, error) {
-	var r sideReply
-	if err := json.Unmarshal(line, &r); err != nil {
-		return sideReply{}, fmt.Errorf("a malformed answer: %w", err)
-	}
-	return r, nil
-}
-
 // side is a running receiving half.
 type side interface {
 	addr() string

@@ -207,23 +207,32 @@ func (s *server) onControl(_ taskid.Channel, _ uint64, msgs []transport.Message)
 	}
 }
 
-// parseReportRequest decodes a report request, a control channel message.
-func parseReportRequest(payload []byte) (reportRequest, error) {
-	var req reportRequest
-	if err := json.Unmarshal(payload, &req); err != nil {
-		return reportRequest{}, fmt.Errorf("a malformed report request: %w", err)
-	}
-	return req, nil
-}
+// The JSON messages loadgen's processes exchange outside the control
+// protocol, each decoded with an error that says what was malformed.
+var (
+	// parseReportRequest decodes a report request, a control channel
+	// message to serve.
+	parseReportRequest = jsonDecoder[reportRequest]("a malformed report request")
+	// parseFindings decodes serve's answer to a report request, a reply
+	// channel message.
+	parseFindings = jsonDecoder[control.Received]("malformed findings")
+	// parseSideSpec decodes a line of a bench host's requests.
+	parseSideSpec = jsonDecoder[sideSpec]("bench: a malformed side request")
+	// parseSideReply decodes a line of a bench host's answers.
+	parseSideReply = jsonDecoder[sideReply]("a malformed answer")
+)
 
-// parseFindings decodes serve's answer to a report request, a reply
-// channel message.
-func parseFindings(payload []byte) (control.Received, error) {
-	var f control.Received
-	if err := json.Unmarshal(payload, &f); err != nil {
-		return control.Received{}, fmt.Errorf("malformed findings: %w", err)
+// jsonDecoder returns a function that decodes a T from JSON, its error
+// beginning with what.
+func jsonDecoder[T any](what string) func([]byte) (T, error) {
+	return func(b []byte) (T, error) {
+		var v T
+		if err := json.Unmarshal(b, &v); err != nil {
+			var zero T
+			return zero, fmt.Errorf("%s: %w", what, err)
+		}
+		return v, nil
 	}
-	return f, nil
 }
 
 func (s *server) reply(req reportRequest, f control.Received) {
