@@ -212,3 +212,18 @@ func TestARecoveryNothingInjectedFailsTheRun(t *testing.T) {
 		t.Errorf("--expect-recoveries: error %v, the task failed %v; want one recovery and a run that passes\n%s", err, failed.Load(), out)
 	}
 }
+
+// A sweep whose configured faults never happened in one of its runs fails
+// as 'loadgen run' does, naming the run and the fault.
+func TestASweepWhoseFaultsNeverHappenedFails(t *testing.T) {
+	withoutInjection(t)
+	var stdout, stderr strings.Builder
+	err := sweepCmd(context.Background(), []string{"--sizes", "100", "--channel-counts", "4", "--faults", "drop=0.05",
+		"--rate", "20000", "--duration", "1s", "--out", t.TempDir()}, &stdout, &stderr)
+	if !errors.Is(err, errFailed) {
+		t.Fatalf("sweep with the injector off: error %v, want errFailed\n%s", err, stdout.String())
+	}
+	if want := "100 bytes, 4 channels: drop=0.05 was configured and no DATA frame was dropped"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+}

@@ -61,6 +61,9 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	sw := bench.NewSweepReport("transport")
+	// unfulfilled says, for each run, what its report's Failures say (a
+	// configured fault that never happened): the run counts as failed.
+	var unfulfilled []string
 	for _, c := range ch {
 		for _, s := range sz {
 			run := tc
@@ -78,6 +81,9 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				return err
 			}
 			sw.Reports = append(sw.Reports, r)
+			if len(r.Failures) > 0 {
+				unfulfilled = append(unfulfilled, fmt.Sprintf("%d bytes, %d channels: %s", s, c, strings.Join(r.Failures, "; ")))
+			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -106,6 +112,9 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if failed > 0 {
 		return fmt.Errorf("%w: %d of %d runs did not deliver every message exactly once", errFailed, failed, len(sw.Reports))
+	}
+	if len(unfulfilled) > 0 {
+		return fmt.Errorf("%w: %s", errFailed, strings.Join(unfulfilled, "; "))
 	}
 	return nil
 }
