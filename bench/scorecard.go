@@ -309,28 +309,37 @@ func formatRatio(v float64) string {
 // formatJudged formats v, a ratio (on "ratio") or a value of metric, that a
 // goal of limit judges, so that it reads as the limit only if it is the
 // limit: 1000.4 µs against a goal of 1 ms is "1000.4 µs", not "1.00 ms",
-// and a ratio of 0.7996 against 0.8 is "0.7996 x".
+// a ratio of 0.7996 against 0.8 is "0.7996 x", and one of 0.79996 is
+// "0.79996 x".
 func formatJudged(on, metric string, v, limit float64) string {
 	f := func(x float64) string { return formatFigure(metric, x) }
 	if on == "ratio" {
 		f = formatRatio
 	}
 	// Three significant figures, or a ratio's two decimals, round away
-	// differences of up to half a percent or 0.005.
+	// differences of up to half a percent or 0.005 (and exactly that much
+	// where the rounding goes toward the limit).
 	near := math.Abs(v-limit) < 0.005*math.Abs(limit)
 	if on == "ratio" {
 		near = math.Abs(v-limit) < 0.005
 	}
-	if v == limit || !near {
+	if v == limit || math.IsInf(v, 0) || math.IsNaN(v) || !near && f(v) != f(limit) {
 		return f(v)
 	}
+	format, prec, unit := byte('g'), 6, ""
 	switch {
 	case on == "ratio":
-		return strconv.FormatFloat(v, 'f', 4, 64) + " x"
+		format, prec, unit = 'f', 4, " x"
 	case strings.HasSuffix(metric, "_us"):
-		return strconv.FormatFloat(v, 'f', 1, 64) + " µs"
+		format, prec, unit = 'f', 1, " µs"
 	}
-	return strconv.FormatFloat(v, 'g', 6, 64)
+	// More digits until v and the limit differ in them.
+	for ; prec <= 17; prec++ {
+		if s := strconv.FormatFloat(v, format, prec, 64); s != strconv.FormatFloat(limit, format, prec, 64) {
+			return s + unit
+		}
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64) + unit
 }
 
 func (r Row) cells() []string {

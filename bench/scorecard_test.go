@@ -301,6 +301,12 @@ func TestFormatJudged(t *testing.T) {
 		{"ratio", "p99_us", 4.001, 4, "4.0010 x"},
 		{"ratio", "msgs_per_s", math.Inf(1), 0.8, "n/a"},
 		{"value", "lost_share", 0.02001, 0.02, "0.02001"},
+		// Closer to the limit than the precise format's last digit, or
+		// exactly half a unit of the plain format's last digit away.
+		{"ratio", "msgs_per_s", 0.79996, 0.8, "0.79996 x"},
+		{"ratio", "msgs_per_s", 0.795, 0.8, "0.7950 x"},
+		{"value", "p99_us", 1000.04, 1000, "1000.04 µs"},
+		{"value", "p99_us", 1005, 1000, "1005.0 µs"},
 	} {
 		if got := formatJudged(c.on, c.metric, c.v, c.limit); got != c.want {
 			t.Errorf("formatJudged(%q, %q, %v, %v) = %q, want %q", c.on, c.metric, c.v, c.limit, got, c.want)
@@ -313,6 +319,13 @@ func TestFormatJudged(t *testing.T) {
 	}
 	if c := s.Rows[0].cells(); c[2] != "1000.4 µs" || c[6] != "NOT met" {
 		t.Errorf("a p99 of 1000.4 µs against 1 ms reads %q, %q", c[2], c[6])
+	}
+	s.Runs[1].Figures["msgs_per_s"] = 7.95e6 // 0.795 of plain TCP's 10 M
+	if err := s.Compare("a vs TCP", Ref{"a", "msgs_per_s"}, &Ref{"tcp", "msgs_per_s"}, "TCP", &Goal{"ratio", ">=", 0.8}); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Rows[1].cells(); c[4] != "0.7950 x" || c[6] != "NOT met" {
+		t.Errorf("a ratio of 0.795 against >= 0.8 reads %q, %q", c[4], c[6])
 	}
 }
 
