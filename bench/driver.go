@@ -97,13 +97,22 @@ func (f FixedRate) Run(ctx context.Context, send Target) (Result, error) {
 	if !(f.Rate > 0) || math.IsInf(f.Rate, 1) {
 		return Result{}, ErrBadRate
 	}
+	period := 1e9 / f.Rate
+	offset := func(i int64) int64 { return int64(math.Round(float64(i) * period)) }
 	n := f.Count
 	if n <= 0 {
 		if f.Duration <= 0 {
 			return Result{}, ErrNoBound
 		}
-		// Every i with i/Rate < Duration.
+		// Every i whose intended time is within Duration of the start.
+		// The product rounds (1.1 s at 100,000/s is 110000.00000000001),
+		// by less than a message: settle it against the schedule itself.
 		n = int64(math.Ceil(f.Duration.Seconds() * f.Rate))
+		if n > 0 && offset(n-1) >= int64(f.Duration) {
+			n--
+		} else if offset(n) < int64(f.Duration) {
+			n++
+		}
 	}
 	clock := f.Clock
 	if clock == nil {
@@ -113,8 +122,7 @@ func (f FixedRate) Run(ctx context.Context, send Target) (Result, error) {
 	if start == 0 {
 		start = clock.Now()
 	}
-	period := 1e9 / f.Rate
-	intended := func(i int64) int64 { return start + int64(math.Round(float64(i)*period)) }
+	intended := func(i int64) int64 { return start + offset(i) }
 
 	res := Result{Start: start}
 	var i int64

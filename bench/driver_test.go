@@ -281,3 +281,39 @@ func TestRealClockSleepsUntilTheTimeAndHonoursCancellation(t *testing.T) {
 		}
 	}
 }
+
+// A duration that is a whole number of periods holds exactly that many
+// messages, however the product of duration and rate rounds: at
+// 100,000 msgs/s, 1.1 s is 110,000 messages (intended at 0, 10 µs, ...
+// 1.09999 s), although 1.1 * 100000 is 110000.00000000001 in floating
+// point.
+func TestFixedRateWithADurationSendsNoMessageDueAtItsEnd(t *testing.T) {
+	for _, c := range []struct {
+		rate float64
+		d    time.Duration
+		want int64
+	}{
+		{10, 1100 * time.Millisecond, 11},
+		{100_000, 1100 * time.Millisecond, 110_000},
+		{10, 1150 * time.Millisecond, 12},
+		{3, time.Second, 3},
+	} {
+		clk := &fakeClock{t: 1}
+		var calls []sent
+		res, err := FixedRate{Rate: c.rate, Duration: c.d, Clock: clk}.Run(context.Background(),
+			recordingTarget(clk, &calls, func(int64) int64 { return 0 }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Sent != c.want {
+			t.Errorf("at %v msgs/s for %v: sent %d, want %d", c.rate, c.d, res.Sent, c.want)
+		}
+		for _, s := range calls {
+			if s.intended-1 >= int64(c.d) {
+				t.Errorf("at %v msgs/s for %v: message %d intended %v after the start, not within the duration",
+					c.rate, c.d, s.i, time.Duration(s.intended-1))
+				break
+			}
+		}
+	}
+}
