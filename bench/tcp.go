@@ -221,6 +221,20 @@ func (p *PackedWriter) Flush() error {
 	return err
 }
 
+// buffered returns how many messages the buffer holds.
+func (p *PackedWriter) buffered() int64 { return int64(len(p.buf) / (4 + len(p.msg))) }
+
+// flushFirst writes the first n messages of the buffer and keeps the rest.
+func (p *PackedWriter) flushFirst(n int64) error {
+	k := int(n) * (4 + len(p.msg))
+	if k >= len(p.buf) {
+		return p.Flush()
+	}
+	_, err := p.w.Write(p.buf[:k])
+	p.buf = p.buf[:copy(p.buf, p.buf[k:])]
+	return err
+}
+
 // Sent returns how many messages were added.
 func (p *PackedWriter) Sent() int64 { return p.sent }
 
@@ -372,31 +386,42 @@ func (f *FlowWriter) Add(intended int64) error {
 	return f.pw.Add(intended)
 }
 
-// Flush writes what the buffer holds once the window has room for it (or,
-// for a buffer larger than the window, once everything before it is
-// acknowledged).
+// Flush writes what the buffer holds, as much at a time as the window has
+// room for: all of it once everything before it is acknowledged, even a
+// buffer larger than the window. Writing only whole buffers would stall
+// for good where the window holds a buffer but not also the messages the
+// reader leaves unacknowledged between two acks: it acknowledges only each
+// time another every messages have arrived, and none would.
 func (f *FlowWriter) Flush() error {
-	f.mu.Lock()
-	for f.full() && f.err == nil {
-		f.waits++
-		f.cond.Wait()
+	for len(f.pw.buf) > 0 {
+		f.mu.Lock()
+		for f.full() && f.err == nil {
+			f.waits++
+			f.cond.Wait()
+		}
+		err := f.err
+		n := f.pw.buffered()
+		if f.acked < f.written {
+			n = min(n, f.acked+f.window-f.written)
+		}
+		if err == nil {
+			f.written += n
+		}
+		f.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if err := f.pw.flushFirst(n); err != nil {
+			return err
+		}
 	}
-	err := f.err
-	if err == nil {
-		f.written = f.pw.sent
-	}
-	f.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	return f.pw.Flush()
+	return nil
 }
 
-// full reports whether writing the buffer now would leave more than the
-// window unacknowledged while earlier messages still are. The caller holds
-// f.mu.
+// full reports whether the window has no room while earlier messages are
+// unacknowledged. The caller holds f.mu.
 func (f *FlowWriter) full() bool {
-	return f.pw.sent-f.acked > f.window && f.acked < f.written
+	return f.written-f.acked >= f.window && f.acked < f.written
 }
 
 // Sent returns how many messages were added.

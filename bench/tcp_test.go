@@ -475,3 +475,74 @@ func tcpPair(t *testing.T) (client, server *net.TCPConn) {
 	t.Cleanup(func() { c.Close(); s.Close() })
 	return c, s
 }
+
+// smallReads reads at most max bytes at a time, as a reader that keeps up
+// with a TCP stream gets it: a segment, or part of one, per read.
+type smallReads struct {
+	r   io.Reader
+	max int
+}
+
+func (s smallReads) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p), s.max)]) }
+
+// A window that holds a 64 KiB buffer but not also the messages a reader
+// acknowledging every `every` leaves unacknowledged between two of its
+// acks still lets the writer go on: what loadgen's tcp-flow case runs at
+// 16-byte messages (3276 to a buffer, a window of 4096, an ack every 1024).
+// The reader here reads at most 100 messages at a time, so its ack for the
+// 15,360th message counts at most 15,460: when the writer has written five
+// buffers (16,380 messages), 920 of them stay unacknowledged until the
+// reader has 16,384, and a sixth buffer does not fit in the window beside
+// them.
+func TestFlowWriterGoesOnWhenTheReaderAcksLessThanItsBuffer(t *testing.T) {
+	const size, window, every = 16, 4096, 1024
+	const n = 10 * packedBuffer / (4 + size)
+	c, s := tcpPair(t)
+	f, err := NewFlowWriter(c, size, window)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		d   Delivery
+		err error
+	}
+	read := make(chan result, 1)
+	go func() {
+		d, err := ReadPackedAcking(smallReads{s, 100 * (4 + size)}, s, size, every)
+		read <- result{d, err}
+	}()
+	wrote := make(chan error, 1)
+	go func() {
+		for range n {
+			if err := f.Add(7); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		if err := f.Flush(); err != nil {
+			wrote <- err
+			return
+		}
+		wrote <- c.CloseWrite()
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second): // only if it is stuck for good
+		f.mu.Lock()
+		written, acked := f.written, f.acked
+		f.mu.Unlock()
+		t.Fatalf("the writer waits for an ack that never comes: %d of %d messages added, %d written, %d acknowledged", f.Sent(), n, written, acked)
+	}
+	r := <-read
+	if r.err != nil || !r.d.ExactlyOnce(n) {
+		t.Fatalf("read %+v (%v) of %d sent", r.d, r.err, n)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.written-f.acked > window {
+		t.Errorf("%d written, %d acknowledged: more than the window of %d unacknowledged", f.written, f.acked, window)
+	}
+}
