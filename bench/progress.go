@@ -87,8 +87,11 @@ func (p *Progress) Start() {
 			select {
 			case <-p.stop:
 				return
-			case now := <-t.C:
-				p.sample(now.Sub(start))
+			case <-t.C:
+				// The tick's own time is when it fell due, which may be
+				// well before this goroutine got to it; the count read
+				// now is that of now.
+				p.sample(time.Since(start))
 			}
 		}
 	}()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,4 +90,48 @@ func TestProgressRunsOnItsOwnGoroutineUntilStopped(t *testing.T) {
 func TestStopBeforeStartDoesNotBlock(t *testing.T) {
 	var delivered atomic.Int64
 	NewProgress(nil, &delivered, nil).Stop()
+}
+
+// gatedWriter holds its first Write until release is closed, as a
+// terminal whose output is paused, or a pipe nobody reads, holds a line.
+type gatedWriter struct {
+	once             sync.Once
+	entered, release chan struct{}
+}
+
+func (g *gatedWriter) Write(b []byte) (int, error) {
+	first := false
+	g.once.Do(func() { first = true })
+	if first {
+		close(g.entered)
+		<-g.release
+	}
+	return len(b), nil
+}
+
+// A sample is timed when its count is read, not when its tick fell due:
+// when the sampling goroutine comes late to a tick (its previous line held
+// up, or no CPU free), the count it reads is that of the later time, and a
+// rate over the tick's time would take the later count as delivered in
+// less time.
+func TestProgressTimesASampleWhenItReadsTheCount(t *testing.T) {
+	var delivered atomic.Int64
+	out := &gatedWriter{entered: make(chan struct{}), release: make(chan struct{})}
+	p := NewProgress(out, &delivered, nil)
+	p.interval = 50 * time.Millisecond
+	p.Start()
+	defer p.Stop()
+	<-out.entered                         // the first sample is taken and its line held
+	time.Sleep(p.interval + p.interval/2) // the second tick falls due meanwhile
+	delivered.Add(1000)
+	p.mu.Lock()
+	late := time.Since(p.mu.start)
+	p.mu.Unlock()
+	close(out.release)
+	for len(p.Samples()) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	if s := p.Samples()[1]; s.Delivered != 1000 || s.T < late.Seconds() {
+		t.Errorf("the second sample read %d delivered after %v, and says t=%v s", s.Delivered, late, s.T)
+	}
 }
