@@ -63,11 +63,11 @@ type Node struct {
 
 		newHandler func(taskid.ID) Handler
 		newInline  bool // newHandler's handlers run inline
-	}
-	// counters of connections already closed, so Stats stays cumulative
-	gone struct {
-		sync.Mutex
-		s ConnStats
+		// gone sums the counters of the connections closed, so that
+		// Stats stays cumulative. A connection leaves conns and joins
+		// gone under the one lock, and Stats reads both under it, so
+		// that it counts each connection once.
+		gone ConnStats
 	}
 }
 
@@ -439,15 +439,11 @@ func (n *Node) track(c *conn) bool {
 func (n *Node) forget(c *conn) {
 	n.release(c)
 	n.mu.Lock()
-	_, ok := n.mu.conns[c]
-	delete(n.mu.conns, c)
-	n.mu.Unlock()
-	if ok {
-		s := c.snapshot()
-		n.gone.Lock()
-		n.gone.s.add(s)
-		n.gone.Unlock()
+	if _, ok := n.mu.conns[c]; ok {
+		delete(n.mu.conns, c)
+		n.mu.gone.add(c.snapshot())
 	}
+	n.mu.Unlock()
 	n.timers.forgetConn(c)
 }
 

@@ -187,13 +187,14 @@ func (n *Node) Stats() Stats {
 	for c := range n.mu.conns {
 		conns = append(conns, c)
 	}
+	s.Closed.add(n.mu.gone)
 	n.mu.Unlock()
+	if hook := testHookStatsListed.Load(); hook != nil {
+		(*hook)()
+	}
 	for _, c := range conns {
 		s.Conns = append(s.Conns, c.snapshot())
 	}
-	n.gone.Lock()
-	s.Closed.add(n.gone.s)
-	n.gone.Unlock()
 	s.Faults = n.faultN.snapshot()
 	s.Faults.PartitionTime = n.o.faults.partitionTime(n.now())
 	s.Refused = n.sec.snapshot()
@@ -286,6 +287,10 @@ func (p *Peer) stats() PeerStats {
 	}
 	return s
 }
+
+// testHookStatsListed, set only by tests, runs in Stats between listing
+// the open connections and reading their counters.
+var testHookStatsListed atomic.Pointer[func()]
 
 // Totals sums the counters of all connections, open and closed.
 func (s Stats) Totals() ConnStats {

@@ -105,3 +105,55 @@ func TestBlockedCountsTheTimeSendersWaitForCredit(t *testing.T) {
 		t.Errorf("peer blocked %v, less than its channel's %v", pb, cb)
 	}
 }
+
+// TestTotalsCountAConnectionClosingDuringStatsOnce closes the connection
+// while Stats is between listing the open connections and reading their
+// counters: the totals still count its messages once, neither twice (as
+// open and as closed) nor not at all, so that a counter exported from them
+// never goes back.
+func TestTotalsCountAConnectionClosingDuringStatsOnce(t *testing.T) {
+	rx, tx, p := newPair(t, nil, nil)
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	const n = 1000
+	sendAll(t, ctxT(t, 30*time.Second), p, 1, n, 100)
+	col.check(t, n)
+	if got := tx.Stats().Totals().MessagesOut; got != n {
+		t.Fatalf("before the close the node counts %d messages out, want %d", got, n)
+	}
+
+	// The hook runs once: it disarms itself before the Stats calls it
+	// makes while it waits.
+	hook := func() {
+		testHookStatsListed.Store(nil)
+		tx.mu.Lock()
+		var conns []*conn
+		for c := range tx.mu.conns {
+			conns = append(conns, c)
+		}
+		tx.mu.Unlock()
+		if len(conns) == 0 {
+			t.Error("no connection open to close")
+		}
+		for _, c := range conns {
+			tx.abort(c, errors.New("closed by the test"))
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for tx.Stats().Closed.MessagesOut != n {
+			if time.Now().After(deadline) {
+				t.Error("the closed connection's messages never reached the closed connections' counters")
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	testHookStatsListed.Store(&hook)
+	t.Cleanup(func() { testHookStatsListed.Store(nil) })
+	got := tx.Stats().Totals().MessagesOut
+	if got != n {
+		t.Errorf("with the connection closed during Stats the node counts %d messages out, want %d", got, n)
+	}
+	if again := tx.Stats().Totals().MessagesOut; again != n {
+		t.Errorf("after the close the node counts %d messages out, want %d", again, n)
+	}
+}
