@@ -108,7 +108,8 @@ func New(cfg Config) *Policy {
 //     (seen by an earlier Decide) and nothing was flushed since;
 //     CauseIdle when nothing is in flight; CauseLinger when the linger has
 //     passed since the first Decide that saw the waiting bytes.
-//   - Else no flush, and WakeAt is that linger deadline.
+//   - Else no flush, and WakeAt is that linger deadline (0, no timer, if
+//     the deadline lies beyond the largest int64).
 //
 // Decide does not allocate. A Decide with readyBytes <= 0 also ends a
 // RequestFlush. Data that a Decide has not yet seen when a write completes
@@ -139,6 +140,11 @@ func (p *Policy) Decide(now int64, readyBytes int) Decision {
 		return Decision{Flush: true, Cause: CauseIdle}
 	}
 	deadline := p.waitingSince + p.linger
+	if deadline < p.waitingSince {
+		// A linger longer than the clock can count to never ends: no
+		// timer, rather than a sum wrapped around into the past.
+		return Decision{}
+	}
 	if now >= deadline {
 		return Decision{Flush: true, Cause: CauseLinger}
 	}

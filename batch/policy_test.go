@@ -2,6 +2,7 @@ package batch
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -414,6 +415,25 @@ func TestAdaptedLingerSetsWakeAt(t *testing.T) {
 	}
 	if d := p.Decide(31*us, 100); d != (Decision{WakeAt: 51 * us}) {
 		t.Fatalf("Decide = %+v, want WakeAt 51 µs", d)
+	}
+}
+
+// A linger too long to add to the clock (the largest Duration, "flush
+// only when full or when a write completes") means no linger deadline at
+// all; the sum must not wrap around into the past and flush at once.
+func TestALingerBeyondTheClockNeverExpires(t *testing.T) {
+	cfg := DefaultConfig()
+	forever := time.Duration(math.MaxInt64)
+	cfg.Linger, cfg.MinLinger, cfg.MaxLinger = forever, forever, forever
+	p := New(cfg)
+	now := int64(3 * time.Second) // a monotonic clock some time after start
+	p.Flushed(now, 100, CauseIdle)
+	if d := p.Decide(now+1, 100); d != (Decision{}) {
+		t.Fatalf("Decide with one write in flight = %+v, want neither a flush nor a timer", d)
+	}
+	p.WriteDone(now + 2)
+	if d := p.Decide(now+3, 100); d != (Decision{Flush: true, Cause: CauseWriteDone}) {
+		t.Fatalf("Decide after the write completed = %+v, want a write-done flush", d)
 	}
 }
 
