@@ -102,9 +102,10 @@ func (t *Table) Bind(num uint32, ch Channel) error {
 	}
 	// A peer may claim any 32-bit number; grow the slice only for numbers
 	// that stay close to the open count, so a hostile OPEN cannot make us
-	// allocate 4 billion entries.
-	if int(num) >= len(t.entries) {
-		if int(num) > 2*t.open+1024 {
+	// allocate 4 billion entries. (In int64: on a 32-bit platform int(num)
+	// of 2^31 or more is negative and would pass both tests.)
+	if int64(num) >= int64(len(t.entries)) {
+		if int64(num) > 2*int64(t.open)+1024 {
 			return fmt.Errorf("%w: %d with %d open", ErrChannelNumber, num, t.open)
 		}
 		t.entries = append(t.entries, make([]entry, int(num)+1-len(t.entries))...)
