@@ -53,8 +53,12 @@ func MkdirAll(dir string, sync bool) error {
 	}
 	for i := len(missing) - 1; i >= 0; i-- {
 		d := missing[i]
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return err
+		if err := os.Mkdir(d, 0o755); err != nil {
+			// Made meanwhile by someone else is fine; a name that exists
+			// but is no directory (a dangling symbolic link) is not.
+			if fi, serr := os.Stat(d); !errors.Is(err, os.ErrExist) || serr != nil || !fi.IsDir() {
+				return err
+			}
 		}
 		if sync {
 			if err := syncParent(filepath.Dir(d)); err != nil {

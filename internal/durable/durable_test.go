@@ -93,3 +93,22 @@ func TestMkdirAllSyncsTheParentOfEachDirectoryItMakes(t *testing.T) {
 		t.Fatal("MkdirAll made a directory under a file")
 	}
 }
+
+// A name that exists but is not a directory, such as a symbolic link to a
+// volume that is not mounted, is an error, as with os.MkdirAll; MkdirAll
+// must not report success for a directory that does not exist.
+func TestMkdirAllRefusesADanglingSymlink(t *testing.T) {
+	root := t.TempDir()
+	link := filepath.Join(root, "checkpoints")
+	if err := os.Symlink(filepath.Join(root, "unmounted", "checkpoints"), link); err != nil {
+		t.Skipf("no symbolic links here: %v", err)
+	}
+	err := MkdirAll(link, true)
+	if err == nil {
+		_, serr := os.Stat(link)
+		t.Fatalf("MkdirAll of a dangling symlink succeeded, and then stat says %v", serr)
+	}
+	if !errors.Is(err, os.ErrExist) {
+		t.Fatalf("MkdirAll of a dangling symlink: %v, want an error matching ErrExist", err)
+	}
+}
