@@ -524,7 +524,7 @@ func (s *Sender) AppendStored(dst []byte, seq uint64, k int) []byte {
 }
 
 func (s *Sender) checkRange(seq uint64, k int) {
-	if seq < s.acked || k < 0 || uint64(k) > s.nextSeq-seq {
+	if seq < s.acked || seq > s.nextSeq || k < 0 || uint64(k) > s.nextSeq-seq {
 		panic(fmt.Sprintf("window: %d messages from %d, outside the retained [%d, %d)", k, seq, s.acked, s.nextSeq))
 	}
 }

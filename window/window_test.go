@@ -156,6 +156,37 @@ func TestMessageOutsideRetention(t *testing.T) {
 	}
 }
 
+// AppendStored and StoredLen panic, as documented, for any range that is not
+// within [Acked(), NextSeq()): one starting beyond NextSeq() too, which
+// would otherwise read records of messages long freed (or never pushed).
+func TestAppendStoredPanicsOutsideTheRetainedMessages(t *testing.T) {
+	s := NewSender(smallConfig(4, 100), 10)
+	for _, p := range []string{"a", "b", "c", "d"} {
+		s.Push(1, []byte(p))
+	}
+	s.MarkSent(14)
+	s.Ack(12) // retained: 12 "c" and 13 "d"; the ring still holds "a" and "b"
+	for _, r := range []struct {
+		seq uint64
+		k   int
+	}{{11, 1}, {12, 3}, {14, 1}, {15, 0}, {15, 1}, {17, 1}, {math.MaxUint64, 1}} {
+		for _, call := range []string{"AppendStored", "StoredLen"} {
+			func() {
+				defer func() {
+					if recover() == nil {
+						t.Errorf("%s(%d, %d) with [12, 14) retained did not panic", call, r.seq, r.k)
+					}
+				}()
+				if call == "AppendStored" {
+					t.Logf("AppendStored(%d, %d) = %q", r.seq, r.k, s.AppendStored(nil, r.seq, r.k))
+				} else {
+					t.Logf("StoredLen(%d, %d) = %d", r.seq, r.k, s.StoredLen(r.seq, r.k))
+				}
+			}()
+		}
+	}
+}
+
 // cursors is the Sender's observable position.
 type cursors struct{ acked, toSend, next, sentHigh uint64 }
 
