@@ -16,8 +16,9 @@ var (
 	// ErrNoCredit is returned by TrySend when the channel's window or the
 	// peer's budget is full until the receiver acknowledges.
 	ErrNoCredit = errors.New("transport: no credit: the window is full until the receiver acknowledges")
-	// ErrTooLarge means a payload is larger than a channel's window holds
-	// (its bytes less [MaxMessageHead]).
+	// ErrTooLarge means a payload is larger than a channel takes
+	// ([Node.MaxPayload]: its window's bytes less [MaxMessageHead], or what
+	// a frame of [WithMaxFrame] holds if that is less).
 	ErrTooLarge = errors.New("transport: payload larger than the channel window")
 	// ErrRejected means the peer refused this node for good (another
 	// protocol version, failed authentication); the peer does not redial.

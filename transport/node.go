@@ -266,9 +266,10 @@ func (n *Node) Faults() Faults { return n.o.faults }
 func (n *Node) ID() uint64 { return n.id }
 
 // MaxPayload is the largest payload a channel of this node takes: its
-// window's bytes ([WithWindow]) less the largest message head. Send and
-// TrySend refuse a larger one with ErrTooLarge.
-func (n *Node) MaxPayload() int { return maxPayload(n.o.window) }
+// window's bytes ([WithWindow]) less the largest message head, and less a
+// run header more if [WithMaxFrame] is smaller than the window (a message
+// goes in one frame). Send and TrySend refuse a larger one with ErrTooLarge.
+func (n *Node) MaxPayload() int { return maxPayload(&n.o) }
 
 // Epoch is the epoch of channels opened without an explicit one.
 func (n *Node) Epoch() uint64 { return n.epoch }

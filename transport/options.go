@@ -106,8 +106,9 @@ func WithConnectionsPerPeer(n int) Option { return func(o *options) { o.connsPer
 // messages and bytes bytes sent and not yet acknowledged, counting each
 // message's payload and its head on the wire (a timestamp delta and a
 // length, 2 to 15 bytes; the window keeps messages encoded, ready to be
-// written). A payload larger than bytes less 15 ([MaxMessageHead]) is
-// refused with [ErrTooLarge]; bytes must exceed 15. Default
+// written). A payload larger than bytes less 15 ([MaxMessageHead]), or
+// than a frame holds ([WithMaxFrame]), is refused with [ErrTooLarge]; bytes
+// must exceed 15. Default
 // [DefaultWindowMessages] and [DefaultWindowBytes], measured on loopback: a
 // window must cover what one channel sends in an AckRequest round trip, and
 // larger ones were slower because what they retain no longer fits in the
@@ -156,7 +157,10 @@ func WithLinger(initial, min, max time.Duration) Option {
 // Default off.
 func WithCompression(on bool) Option { return func(o *options) { o.compress = on } }
 
-// WithMaxFrame limits the body of a frame this node accepts. Default
+// WithMaxFrame limits the body of a frame this node accepts. A message
+// goes in one frame, so it also bounds the payloads this node sends
+// ([Node.MaxPayload]), taking its peers' limit to be the same: nodes that
+// exchange messages larger than about 4 MiB raise it alike. Default
 // wire.DefaultMaxFrame (4 MiB).
 func WithMaxFrame(n int) Option { return func(o *options) { o.maxFrame = n } }
 

@@ -28,7 +28,7 @@ type channel struct {
 	peer       *Peer
 	key        taskid.Channel
 	slot       int
-	maxPayload int // the largest payload the window takes (maxPayload)
+	maxPayload int // the largest payload the channel takes (maxPayload)
 	fullBatch  int // unsent bytes at which its sender writes a batch itself (conn.writeStreaming)
 
 	credit  notifier     // broadcast when credit is freed or the channel shuts
@@ -63,7 +63,7 @@ type channel struct {
 // newChannel makes the channel key, whose first message gets sequence
 // number firstSeq.
 func newChannel(p *Peer, key taskid.Channel, slot int, firstSeq uint64) *channel {
-	ch := &channel{peer: p, key: key, slot: slot, maxPayload: maxPayload(p.node.o.window), fullBatch: fullBatch(p.node.o.batch)}
+	ch := &channel{peer: p, key: key, slot: slot, maxPayload: maxPayload(&p.node.o), fullBatch: fullBatch(p.node.o.batch)}
 	ch.mu.src = flow.New(p.node.o.window, p.node.o.loss, key.Epoch, firstSeq, p.rings)
 	return ch
 }
@@ -177,7 +177,7 @@ func (ch *channel) pushLocked(ts int64, payload []byte) error {
 		return ch.closedErrLocked()
 	}
 	if len(payload) > ch.maxPayload {
-		return fmt.Errorf("%w: %d bytes, the window holds payloads of up to %d", ErrTooLarge, len(payload), ch.maxPayload)
+		return fmt.Errorf("%w: %d bytes, a channel takes payloads of up to %d", ErrTooLarge, len(payload), ch.maxPayload)
 	}
 	src := ch.mu.src
 	stored, ok := src.TryPush(ts, payload)
@@ -271,10 +271,15 @@ func (s *Sender) TrySendRun(msgs []Message) (int, error) {
 // two that would fill it (64 KiB and 60 KiB measured alike).
 func fullBatch(cfg batch.Config) int { return cfg.MaxBatchBytes - cfg.MaxBatchBytes/16 }
 
-// maxPayload is the largest payload a window of cfg takes: the window keeps
-// each message with its wire head (timestamp delta and length), which
-// counts against its bytes.
-func maxPayload(cfg window.Config) int { return cfg.MaxBytes - MaxMessageHead }
+// maxPayload is the largest payload a channel of a node with options o
+// takes: the window keeps each message with its wire head (timestamp delta
+// and length), which counts against its bytes; and a message goes in one
+// DATA frame, behind a run header, which the peer closes the connection
+// over if it passes its frame limit (taken to be this node's): a larger
+// message would be re-sent on a new connection, and refused, for ever.
+func maxPayload(o *options) int {
+	return min(o.window.MaxBytes, o.maxFrame-wire.MaxRunHeaderLen) - MaxMessageHead
+}
 
 // closedErrLocked is why a closed channel refuses messages: its own fault,
 // the peer's refusal of this node, or ErrClosed. The caller holds ch.mu.

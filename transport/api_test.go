@@ -1,0 +1,47 @@
+package transport
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/taskid"
+)
+
+// A message goes in one DATA frame, so the largest payload a node takes
+// (MaxPayload) is bounded by the frames it and its peers accept
+// (WithMaxFrame) as well as by its window: a payload of MaxPayload bytes
+// arrives, and a larger one is refused with ErrTooLarge, instead of being
+// taken and then never delivered, its connection closed as too large and
+// redialed for ever.
+func TestTheLargestPayloadFitsAFrame(t *testing.T) {
+	opts := []Option{WithMaxBatch(16 << 10), WithMaxFrame(32 << 10)} // the default window: 1 MiB
+	rx, tx, p := newPair(t, opts, opts)
+	got := make(chan int, 1)
+	rx.HandleAll(func(taskid.ID) Handler {
+		return func(_ taskid.Channel, _ uint64, msgs []Message) {
+			for _, m := range msgs {
+				got <- len(m.Payload)
+			}
+		}
+	})
+	ctx := ctxT(t, 20*time.Second)
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := tx.MaxPayload()
+	if err := s.Send(ctx, 0, make([]byte, most)); err != nil {
+		t.Fatalf("Send of MaxPayload (%d) bytes: %v", most, err)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatalf("Flush of a message of MaxPayload (%d) bytes: %v (the receiver refused %d connections over a limit)",
+			most, err, rx.Stats().Refused.Limits)
+	}
+	if n := <-got; n != most {
+		t.Fatalf("delivered %d bytes, want %d", n, most)
+	}
+	if err := s.TrySend(0, make([]byte, most+1)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("TrySend of MaxPayload+1 bytes: %v, want ErrTooLarge", err)
+	}
+}
