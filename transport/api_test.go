@@ -45,3 +45,23 @@ func TestTheLargestPayloadFitsAFrame(t *testing.T) {
 		t.Fatalf("TrySend of MaxPayload+1 bytes: %v, want ErrTooLarge", err)
 	}
 }
+
+// WithLogger(nil) leaves the node's log lines nowhere, as the default does,
+// instead of panicking at the first line (here on the dial loop, when the
+// peer refuses this node, and on the event loop as the connection closes).
+func TestANilLoggerDiscards(t *testing.T) {
+	rx := listeningNode(t, nil, WithKey([]byte("0123456789abcdef")))
+	tx := testNode(t, WithLogger(nil))
+	p, err := tx.Peer(rx.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	if err := p.WaitConnected(ctx); !errors.Is(err, ErrRejected) {
+		t.Fatalf("WaitConnected to a node with a key: %v, want ErrRejected", err)
+	}
+	// Close waits for the dial loop, which logs the refusal before it ends.
+	if err := tx.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

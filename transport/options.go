@@ -346,8 +346,14 @@ const DefaultSocketBuffer = 1 << 20
 // [DefaultSocketBuffer] (1 MiB).
 func WithSocketBuffers(bytes int) Option { return func(o *options) { o.socketBuffer = bytes } }
 
-// WithLogger sets where the node logs connection errors. Default: discard.
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+// WithLogger sets where the node logs connection errors. Default (and
+// with a nil l): discard.
+func WithLogger(l *slog.Logger) Option {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return func(o *options) { o.logger = l }
+}
 
 func (o *options) validate() error {
 	if err := o.window.Validate(); err != nil {
