@@ -65,3 +65,34 @@ func TestANilLoggerDiscards(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// HandleAll(nil) supplies no handler, whether or not a target is already
+// waiting for one, instead of calling the nil function for the waiting
+// targets (a panic); such a target still takes its handler from Handle.
+func TestHandleAllWithNilSuppliesNoHandler(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		rx, _, p := newPair(t, nil, nil)
+		ctx := ctxT(t, 20*time.Second)
+		target := taskid.ID{Processor: 1}
+		s, err := p.OpenSender(ctx, taskid.ID{}, target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(ctx, 0, []byte("waiting")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, "the message to arrive", func() bool { return rx.Stats().Totals().MessagesIn > 0 })
+		if inline {
+			rx.HandleAllInline(nil)
+		} else {
+			rx.HandleAll(nil)
+		}
+		got := make(chan string, 1)
+		if err := rx.Handle(target, func(_ taskid.Channel, _ uint64, msgs []Message) { got <- string(msgs[0].Payload) }); err != nil {
+			t.Fatalf("Handle after HandleAll(nil): %v", err)
+		}
+		if m := <-got; m != "waiting" {
+			t.Fatalf("got %q, want the message that waited", m)
+		}
+	}
+}

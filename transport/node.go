@@ -312,8 +312,9 @@ func (n *Node) handle(target taskid.ID, h Handler, inline bool) error {
 
 // HandleAll makes newHandler supply the handler of every target task that
 // has none when its first channel opens, for receivers that do not know
-// their tasks in advance (loadgen serve). Once the node is closing it does
-// nothing.
+// their tasks in advance (loadgen serve). A nil newHandler supplies none
+// from then on: targets wait for [Node.Handle]. Once the node is closing
+// it does nothing.
 func (n *Node) HandleAll(newHandler func(target taskid.ID) Handler) {
 	n.handleAll(newHandler, false)
 }
@@ -331,6 +332,9 @@ func (n *Node) handleAll(newHandler func(target taskid.ID) Handler, inline bool)
 		return
 	}
 	n.mu.newHandler, n.mu.newInline = newHandler, inline
+	if newHandler == nil {
+		return
+	}
 	for target, in := range n.mu.inboxes {
 		in.mu.Lock()
 		has := in.mu.handler != nil
