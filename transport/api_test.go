@@ -96,3 +96,47 @@ func TestHandleAllWithNilSuppliesNoHandler(t *testing.T) {
 		}
 	}
 }
+
+// HandleAll supplies the handler of a target that has none when its first
+// channel opens: a target given its own handler with Handle before that,
+// after HandleAll, keeps it, rather than being refused as already handled
+// by a handler HandleAll's function made for it on the spot.
+func TestHandleAfterHandleAllGivesTheTargetItsOwnHandler(t *testing.T) {
+	for _, inline := range []bool{false, true} {
+		rx, _, p := newPair(t, nil, nil)
+		own, other := taskid.ID{Processor: 1}, taskid.ID{Processor: 2}
+		supplied := make(chan taskid.ID, 4)
+		got := make(chan string, 4)
+		newHandler := func(target taskid.ID) Handler {
+			supplied <- target
+			return func(_ taskid.Channel, _ uint64, msgs []Message) { got <- "supplied " + string(msgs[0].Payload) }
+		}
+		if inline {
+			rx.HandleAllInline(newHandler)
+		} else {
+			rx.HandleAll(newHandler)
+		}
+		if err := rx.Handle(own, func(_ taskid.Channel, _ uint64, msgs []Message) { got <- "own " + string(msgs[0].Payload) }); err != nil {
+			t.Fatalf("Handle of a target no channel opened to yet, after HandleAll: %v", err)
+		}
+		ctx := ctxT(t, 20*time.Second)
+		for _, target := range []taskid.ID{own, other} {
+			s, err := p.OpenSender(ctx, taskid.ID{}, target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Send(ctx, 0, []byte(target.String())); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a, b := <-got, <-got; a != "own "+own.String() || b != "supplied "+other.String() {
+			t.Errorf("delivered %q and %q, want %q and %q", a, b, "own "+own.String(), "supplied "+other.String())
+		}
+		if s := <-supplied; s != other || len(supplied) != 0 {
+			t.Errorf("HandleAll's function was asked for %v (and %d more), want %v only", s, len(supplied), other)
+		}
+	}
+}

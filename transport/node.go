@@ -307,7 +307,11 @@ func (n *Node) handle(target taskid.ID, h Handler, inline bool) error {
 	if n.mu.closed {
 		return ErrClosed
 	}
-	return n.startInboxLocked(n.inboxLocked(target), h, inline)
+	if h == nil { // refused before it makes an inbox, which HandleAll would then not supply
+		return fmt.Errorf("transport: nil handler for task %v", target)
+	}
+	in, _ := n.inboxLocked(target)
+	return n.startInboxLocked(in, h, inline)
 }
 
 // HandleAll makes newHandler supply the handler of every target task that
@@ -365,16 +369,15 @@ func (n *Node) startInboxLocked(in *inbox, h Handler, inline bool) error {
 	return nil
 }
 
-func (n *Node) inboxLocked(target taskid.ID) *inbox {
+// inboxLocked returns target's inbox, made without a handler if it is new,
+// and whether it is new.
+func (n *Node) inboxLocked(target taskid.ID) (in *inbox, made bool) {
 	in, ok := n.mu.inboxes[target]
 	if !ok {
 		in = newInbox(target)
 		n.mu.inboxes[target] = in
-		if n.mu.newHandler != nil {
-			_ = n.startInboxLocked(in, n.mu.newHandler(target), n.mu.newInline)
-		}
 	}
-	return in
+	return in, !ok
 }
 
 // recvState returns the receiving state of (source, target), made on the
@@ -396,7 +399,11 @@ func (n *Node) recvState(source, target taskid.ID) (*recvState, error) {
 			return nil, fmt.Errorf("%w: %v -> %v would be this node's receiving pair number %d, over its limit (WithMaxReceivers)",
 				taskid.ErrTooManyChannels, source, target, len(n.mu.recv)+1)
 		}
-		rs = &recvState{key: k, inbox: n.inboxLocked(target)}
+		in, made := n.inboxLocked(target)
+		if made && n.mu.newHandler != nil { // the target's first channel: HandleAll supplies its handler
+			_ = n.startInboxLocked(in, n.mu.newHandler(target), n.mu.newInline)
+		}
+		rs = &recvState{key: k, inbox: in}
 		rs.mu.r = lossdetect.NewReceiver()
 		n.mu.recv[k] = rs
 	}
