@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,6 +138,55 @@ func TestHandleAfterHandleAllGivesTheTargetItsOwnHandler(t *testing.T) {
 		}
 		if s := <-supplied; s != other || len(supplied) != 0 {
 			t.Errorf("HandleAll's function was asked for %v (and %d more), want %v only", s, len(supplied), other)
+		}
+	}
+}
+
+// HandleAll's function may call the node, as a task set up on its first
+// message opens its outputs with Node.Peer: it runs without the node's
+// lock, both for a target whose first channel opens (on the event loop)
+// and for a target already waiting when HandleAll is called, instead of
+// deadlocking the node (and the event loop) on that lock.
+func TestHandleAllsFunctionMayCallTheNode(t *testing.T) {
+	for _, waiting := range []bool{false, true} {
+		rx, _, p := newPair(t, nil, nil)
+		var stuck atomic.Bool
+		got := make(chan string, 1)
+		newHandler := func(target taskid.ID) Handler {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if _, err := rx.Peer("127.0.0.1:9"); err != nil { // an output of the task
+					t.Errorf("Peer: %v", err)
+				}
+			}()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				stuck.Store(true) // return, so that the node's lock is released and the test ends
+			}
+			return func(_ taskid.Channel, _ uint64, msgs []Message) { got <- string(msgs[0].Payload) }
+		}
+		if !waiting {
+			rx.HandleAll(newHandler)
+		}
+		ctx := ctxT(t, 30*time.Second)
+		s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Send(ctx, 0, []byte("first")); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			waitFor(t, 20*time.Second, "the message to arrive", func() bool { return rx.Stats().Totals().MessagesIn > 0 })
+			rx.HandleAll(newHandler)
+		}
+		if m := <-got; m != "first" {
+			t.Fatalf("got %q, want %q", m, "first")
+		}
+		if stuck.Load() {
+			t.Fatalf("Node.Peer called from HandleAll's function (waiting target: %v) waited 10 s for the node's lock", waiting)
 		}
 	}
 }

@@ -316,9 +316,11 @@ func (n *Node) handle(target taskid.ID, h Handler, inline bool) error {
 
 // HandleAll makes newHandler supply the handler of every target task that
 // has none when its first channel opens, for receivers that do not know
-// their tasks in advance (loadgen serve). A nil newHandler supplies none
-// from then on: targets wait for [Node.Handle]. Once the node is closing
-// it does nothing.
+// their tasks in advance (loadgen serve). newHandler is asked once per
+// target, without the node's lock: it may call the node (a task opening
+// its outputs with [Node.Peer]). A nil newHandler supplies none from then
+// on: targets wait for [Node.Handle]. Once the node is closing it does
+// nothing.
 func (n *Node) HandleAll(newHandler func(target taskid.ID) Handler) {
 	n.handleAll(newHandler, false)
 }
@@ -331,21 +333,38 @@ func (n *Node) HandleAllInline(newHandler func(target taskid.ID) Handler) {
 
 func (n *Node) handleAll(newHandler func(target taskid.ID) Handler, inline bool) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.mu.closed {
+		n.mu.Unlock()
 		return
 	}
 	n.mu.newHandler, n.mu.newInline = newHandler, inline
-	if newHandler == nil {
-		return
-	}
-	for target, in := range n.mu.inboxes {
+	var waiting []*inbox
+	for _, in := range n.mu.inboxes {
 		in.mu.Lock()
 		has := in.mu.handler != nil
 		in.mu.Unlock()
-		if !has {
-			_ = n.startInboxLocked(in, newHandler(target), inline)
+		if newHandler != nil && !has && !in.supplying {
+			in.supplying = true
+			waiting = append(waiting, in)
 		}
+	}
+	n.mu.Unlock()
+	for _, in := range waiting {
+		n.supply(in, newHandler, inline)
+	}
+}
+
+// supply gives in, whose supplying the caller set, the handler newHandler
+// makes for its target, unless the target got one meanwhile or the node is
+// closing. newHandler runs without n.mu: it may call the node (a task
+// opening its outputs with Node.Peer, say).
+func (n *Node) supply(in *inbox, newHandler func(target taskid.ID) Handler, inline bool) {
+	h := newHandler(in.target)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	in.supplying = false
+	if !n.mu.closed {
+		_ = n.startInboxLocked(in, h, inline)
 	}
 }
 
@@ -388,24 +407,32 @@ func (n *Node) inboxLocked(target taskid.ID) (in *inbox, made bool) {
 // be missing from the inboxes shutdown stops and waits for.
 func (n *Node) recvState(source, target taskid.ID) (*recvState, error) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	k := pair{source, target}
-	rs, ok := n.mu.recv[k]
-	if !ok {
-		if n.mu.closed {
-			return nil, fmt.Errorf("%w: node shutting down, not opening %v -> %v", ErrClosed, source, target)
-		}
-		if len(n.mu.recv) >= n.o.maxReceivers {
-			return nil, fmt.Errorf("%w: %v -> %v would be this node's receiving pair number %d, over its limit (WithMaxReceivers)",
-				taskid.ErrTooManyChannels, source, target, len(n.mu.recv)+1)
-		}
-		in, made := n.inboxLocked(target)
-		if made && n.mu.newHandler != nil { // the target's first channel: HandleAll supplies its handler
-			_ = n.startInboxLocked(in, n.mu.newHandler(target), n.mu.newInline)
-		}
-		rs = &recvState{key: k, inbox: in}
-		rs.mu.r = lossdetect.NewReceiver()
-		n.mu.recv[k] = rs
+	if rs, ok := n.mu.recv[k]; ok {
+		n.mu.Unlock()
+		return rs, nil
+	}
+	if n.mu.closed {
+		n.mu.Unlock()
+		return nil, fmt.Errorf("%w: node shutting down, not opening %v -> %v", ErrClosed, source, target)
+	}
+	if len(n.mu.recv) >= n.o.maxReceivers {
+		n.mu.Unlock()
+		return nil, fmt.Errorf("%w: %v -> %v would be this node's receiving pair number %d, over its limit (WithMaxReceivers)",
+			taskid.ErrTooManyChannels, source, target, len(n.mu.recv)+1)
+	}
+	in, made := n.inboxLocked(target)
+	newHandler, inline := n.mu.newHandler, n.mu.newInline
+	supply := made && newHandler != nil // the target's first channel: HandleAll supplies its handler
+	if supply {
+		in.supplying = true
+	}
+	rs := &recvState{key: k, inbox: in}
+	rs.mu.r = lossdetect.NewReceiver()
+	n.mu.recv[k] = rs
+	n.mu.Unlock()
+	if supply {
+		n.supply(in, newHandler, inline)
 	}
 	return rs, nil
 }

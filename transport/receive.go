@@ -339,6 +339,9 @@ type inbox struct {
 	target taskid.ID
 	wake   chan struct{}
 	stop   chan struct{}
+	// supplying is set, under the node's mu, while HandleAll's function
+	// makes the target's handler (Node.supply), so that it is asked once.
+	supplying bool
 
 	// order is held while a run is accepted and handed over, and while
 	// the handler turns inline; inlineH, set under it, is the inline
