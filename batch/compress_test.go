@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -179,7 +180,7 @@ func TestDecompressErrors(t *testing.T) {
 		{"a negative limit refuses everything but the empty block", valid, -1, ErrTooLarge, "batch: decompressed size 4096 exceeds limit -1"},
 		{"empty input is corrupt", nil, 64 << 10, ErrCorrupt, "batch: corrupt compressed batch"},
 		{"an unterminated length varint is corrupt", []byte{0xff, 0xff}, 64 << 10, ErrCorrupt, ""},
-		{"a length varint over 32 bits is corrupt", binary.AppendUvarint(nil, 1<<33), 1 << 40, ErrCorrupt, ""},
+		{"a length varint over 32 bits is corrupt", binary.AppendUvarint(nil, 1<<33), math.MaxInt, ErrCorrupt, ""},
 		{"a truncated block is corrupt", valid[:len(valid)/2], 64 << 10, ErrCorrupt, ""},
 		{"a block whose body is shorter than its header says is corrupt", []byte{10, 0x04, 'a', 'b'}, 64 << 10, ErrCorrupt, ""},
 		{"a copy reaching before the start is corrupt", []byte{8, 0x01 | 4<<2, 0x10}, 64 << 10, ErrCorrupt, ""},

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -123,10 +125,10 @@ func TestPlanValidation(t *testing.T) {
 		{"neither messages nor a duration is refused", func(p *control.Plan) { p.Messages = 0 }, "--duration"},
 		{"the largest payload a window holds is accepted", func(p *control.Plan) { p.Size = maxSize }, ""},
 		{"a payload larger than a window holds is refused", func(p *control.Plan) { p.Size = maxSize + 1 }, "the largest payload a channel's window"},
-		{"a payload of gigabytes is refused", func(p *control.Plan) { p.Size = 1 << 40 }, "--size 1099511627776 is above"},
+		{"the largest payload an int holds is refused", func(p *control.Plan) { p.Size = math.MaxInt }, "--size " + strconv.Itoa(math.MaxInt) + " is above"},
 		{"as many channels as a connection takes is accepted", func(p *control.Plan) { p.Channels = maxChannels }, ""},
 		{"more channels than a connection takes are refused", func(p *control.Plan) { p.Channels = maxChannels + 1 }, "--channels must be 1 to 65535"},
-		{"billions of channels are refused", func(p *control.Plan) { p.Channels = 1 << 40 }, "--channels must be 1 to 65535"},
+		{"as many channels as an int holds are refused", func(p *control.Plan) { p.Channels = math.MaxInt }, "--channels must be 1 to 65535"},
 		{"as many connections as a receiver accepts from a host is accepted", func(p *control.Plan) { p.Connections = maxConnections }, ""},
 		{"more connections than a receiver accepts from a host are refused", func(p *control.Plan) { p.Connections = 1 << 30 }, "--connections must be 1 to 64"},
 		{"producers and a delivery are accepted", func(p *control.Plan) { p.Producers, p.Delivery = 3, "goroutine" }, ""},

@@ -29,7 +29,7 @@ var recorderCounts = sync.OnceValue(func() int {
 func importLatency(s *hdrhistogram.Snapshot) (*hdrhistogram.Histogram, error) {
 	if s.LowestTrackableValue != bench.LowestNS || s.HighestTrackableValue != bench.HighestNS || s.SignificantFigures != bench.SignificantFigures {
 		return nil, fmt.Errorf("%w: values %d to %d at %d significant figures, where loadgen's are %d to %d ns at %d",
-			errBadLatency, s.LowestTrackableValue, s.HighestTrackableValue, s.SignificantFigures, bench.LowestNS, bench.HighestNS, bench.SignificantFigures)
+			errBadLatency, s.LowestTrackableValue, s.HighestTrackableValue, s.SignificantFigures, bench.LowestNS, int64(bench.HighestNS), bench.SignificantFigures)
 	}
 	if want := recorderCounts(); len(s.Counts) != want {
 		return nil, fmt.Errorf("%w: %d counts, where loadgen's geometry has %d", errBadLatency, len(s.Counts), want)
@@ -40,7 +40,7 @@ func importLatency(s *hdrhistogram.Snapshot) (*hdrhistogram.Histogram, error) {
 			return nil, fmt.Errorf("%w: count %d is negative (%d)", errBadLatency, i, c)
 		}
 		if total > math.MaxInt64-c {
-			return nil, fmt.Errorf("%w: its counts add up to more than %d", errBadLatency, math.MaxInt64)
+			return nil, fmt.Errorf("%w: its counts add up to more than %d", errBadLatency, int64(math.MaxInt64))
 		}
 		total += c
 	}
