@@ -57,7 +57,9 @@ func AppendAuth(dst []byte, a Auth) []byte {
 // does not alias body.
 func ParseAuth(body []byte) (Auth, error) {
 	if len(body) < AuthBodyLen {
-		return Auth{}, frameErr(FrameAuth, 0, ErrOverrun, "the body has %d bytes, an AUTH body has %d", len(body), AuthBodyLen)
+		// The step is the first field, the value the one cut short if
+		// the step is there.
+		return Auth{}, frameErr(FrameAuth, min(len(body), 1), ErrOverrun, "the body has %d bytes, an AUTH body has %d", len(body), AuthBodyLen)
 	}
 	if len(body) > AuthBodyLen {
 		return Auth{}, frameErr(FrameAuth, AuthBodyLen, ErrTrailing, "%d bytes left over after the value", len(body)-AuthBodyLen)

@@ -151,7 +151,7 @@ func TestParseRejectsMalformedBodies(t *testing.T) {
 		{"a GOAWAY with bytes after its message", FrameGoAway, []byte{0, 1, 'a', 'b'}, ErrTrailing, 3},
 		{"a GOAWAY whose code overflows 32 bits", FrameGoAway, cat(over32, []byte{0}), ErrVarint, 0},
 		{"an empty AUTH body", FrameAuth, nil, ErrOverrun, 0},
-		{"an AUTH whose value is one byte short", FrameAuth, cat([]byte{byte(AuthProof)}, make([]byte, AuthValueLen-1)), ErrOverrun, 0},
+		{"an AUTH whose value is one byte short", FrameAuth, cat([]byte{byte(AuthProof)}, make([]byte, AuthValueLen-1)), ErrOverrun, 1},
 		{"an AUTH with a byte after its value", FrameAuth, cat([]byte{byte(AuthChallenge)}, make([]byte, AuthValueLen+1)), ErrTrailing, AuthBodyLen},
 		{"an AUTH of step 0", FrameAuth, make([]byte, AuthBodyLen), ErrReserved, 0},
 		{"an AUTH of step 3", FrameAuth, cat([]byte{3}, make([]byte, AuthValueLen)), ErrReserved, 0},
