@@ -24,8 +24,8 @@ type Summary struct {
 	Title   string  `json:"title"`
 	Machine Machine `json:"machine"` // the first scorecard's
 	// Machines lists every scorecard's machine that differs from the
-	// first's (by CPU model, CRC method, kernel, Go or commit): figures from
-	// different machines are not one measurement's spread.
+	// first's (by CPU model, CRC method, kernel, Go or commit), each once:
+	// figures from different machines are not one measurement's spread.
 	Machines  []Machine    `json:"other_machines,omitempty"`
 	StartedAt []time.Time  `json:"started_at"`
 	Rows      []SummaryRow `json:"rows"`
@@ -101,7 +101,7 @@ func Summarize(cards []*Scorecard) (*Summary, error) {
 				return nil, fmt.Errorf("bench: row %d of scorecard %d (%s: %s) is not scorecard 1's (%s: %s)", k+1, i+1, r.Topology, r.What, f.Topology, f.What)
 			}
 		}
-		if i > 0 && c.Machine != first.Machine {
+		if i > 0 && c.Machine != first.Machine && !slices.Contains(s.Machines, c.Machine) {
 			s.Machines = append(s.Machines, c.Machine)
 		}
 		s.StartedAt = append(s.StartedAt, c.StartedAt)

@@ -95,6 +95,15 @@ func TestSummarize(t *testing.T) {
 	if s.ExactlyOnce || len(s.Machines) != 1 || s.Machines[0].CPU != "another CPU" || s.MetEvery != 0 || s.MetMost != 0 {
 		t.Errorf("exactly once %v, other machines %v, met every time %d, most times %d", s.ExactlyOnce, s.Machines, s.MetEvery, s.MetMost)
 	}
+
+	// Three more runs on that other machine name it once.
+	s, err = Summarize([]*Scorecard{cards[0], other, other, other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Machines) != 1 || s.Machines[0].CPU != "another CPU" {
+		t.Errorf("three runs on one other machine list other machines %v, want it once", s.Machines)
+	}
 }
 
 // Scorecards of different commands are refused, naming the row.
