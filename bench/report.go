@@ -294,6 +294,8 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 	}
 	if r.WireBytes == 0 && r.MessagesDelivered > 0 {
 		row("wire bytes", "0: no message crossed a connection (every task on one node)")
+	} else if r.MessagesDelivered == 0 {
+		row("wire bytes", fmt.Sprintf("%s (no message delivered)", grouped(r.WireBytes)))
 	} else {
 		row("wire bytes", fmt.Sprintf("%s (%s per message)", grouped(r.WireBytes), sig3(r.WireBytesPerMsg)))
 	}

@@ -333,17 +333,23 @@ func TestWriteDirWithoutARecorderSkipsTheLatencyFiles(t *testing.T) {
 }
 
 // A run whose messages never crossed a connection says why its wire bytes
-// are 0, instead of a per-message figure of 0.
+// are 0, and one that delivered nothing says that, instead of a
+// per-message figure of 0.
 func TestMarkdownSaysWhyNoWireBytes(t *testing.T) {
 	for _, c := range []struct {
-		wire int64
-		want string
+		wire, delivered int64
+		want            string
 	}{
-		{0, "| wire bytes | 0: no message crossed a connection (every task on one node) |"},
-		{102_100_000, "| wire bytes | 102,100,000 (102 per message) |"},
+		{0, 1_000_000, "| wire bytes | 0: no message crossed a connection (every task on one node) |"},
+		{102_100_000, 1_000_000, "| wire bytes | 102,100,000 (102 per message) |"},
+		{4_096, 0, "| wire bytes | 4,096 (no message delivered) |"},
 	} {
 		r := sampleReport()
-		r.WireBytes, r.WireBytesPerMsg = c.wire, float64(c.wire)/float64(r.MessagesDelivered)
+		r.MessagesDelivered = c.delivered
+		r.WireBytes, r.WireBytesPerMsg = c.wire, 0
+		if c.delivered > 0 {
+			r.WireBytesPerMsg = float64(c.wire) / float64(c.delivered)
+		}
 		var buf bytes.Buffer
 		if err := WriteMarkdown(&buf, r); err != nil {
 			t.Fatal(err)
