@@ -437,12 +437,18 @@ func (n *Node) recvState(source, target taskid.ID) (*recvState, error) {
 	return rs, nil
 }
 
-// Peer returns the peer at addr ("host:port"), dialing it if it is new or
-// was closed ([Peer.Close]). The connection comes up in the background;
-// see [Peer.WaitConnected].
+// Peer returns the peer at addr ("host:port", the port a number from 1 to
+// 65535 or a service name the system knows), dialing it if it is new or
+// was closed ([Peer.Close]). An address of another form is refused here,
+// rather than dialed in vain until a context ends. The connection comes up
+// in the background; see [Peer.WaitConnected].
 func (n *Node) Peer(addr string) (*Peer, error) {
-	if _, _, err := net.SplitHostPort(addr); err != nil {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
 		return nil, fmt.Errorf("transport: peer address %q: %w", addr, err)
+	}
+	if p, err := net.LookupPort("tcp", port); err != nil || p == 0 {
+		return nil, fmt.Errorf("transport: peer address %q: port %q is not a number from 1 to 65535 or a known service", addr, port)
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +140,28 @@ func TestNodeIDAndEpochAreTheOnesGiven(t *testing.T) {
 	}
 	if _, ok := rx.ClockOffset(id + 2); ok {
 		t.Errorf("the receiver has a clock estimate of node %#x, which it never met", id+2)
+	}
+}
+
+// An address whose port cannot be dialed is refused by Node.Peer, naming
+// it, instead of being redialed until a context ends; a numeric port and a
+// service name are taken.
+func TestPeerRefusesAnAddressWithoutADialablePort(t *testing.T) {
+	n, err := NewNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Abort()
+	for _, addr := range []string{"127.0.0.1:abc", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:70000", "127.0.0.1:-1", "tcp://127.0.0.1:1", "127.0.0.1"} {
+		if p, err := n.Peer(addr); err == nil {
+			t.Errorf("Peer(%q) = %v, nil; want an error", addr, p)
+		} else if !strings.Contains(err.Error(), fmt.Sprintf("%q", addr)) {
+			t.Errorf("Peer(%q): %v does not name the address", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:1", "[::1]:65535", "localhost:9"} {
+		if _, err := n.Peer(addr); err != nil {
+			t.Errorf("Peer(%q): %v", addr, err)
+		}
 	}
 }
