@@ -78,7 +78,9 @@ var syncParent = SyncDir
 // fsynced, so that after a crash path holds the old content or the new,
 // whole. With sync false the fsyncs are skipped (tests, benchmarks): still
 // atomic against a crash of the process, not of the machine. On an error
-// the temporary file is removed and path is untouched.
+// before the rename the temporary file is removed and path is untouched;
+// an error syncing the directory comes after the rename, when path holds
+// the new content, which a crash of the machine may yet undo.
 func WriteFile(path string, sync bool, write func(io.Writer) error) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
