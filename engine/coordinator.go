@@ -229,6 +229,7 @@ type Coordinator struct {
 	handles   []handle
 	jr        *journal.Journal // the decisions a restarted coordinator resumes from
 	resumed   *Resumed
+	ran       atomic.Bool // Run was called: a Coordinator runs once
 
 	// The checkpoint schedule: interval is learned, the timestamp units
 	// the global clock advances in CheckpointEvery of wall time; step is
@@ -415,8 +416,14 @@ func (c *Coordinator) totals(res *Result) {
 
 // Run runs the job to the end of its input and returns the results, or
 // the error that ended it: ctx's, a failure beyond the restart policy
-// (errors.Is ErrRestartsExhausted), or a worker that could not start.
+// (errors.Is ErrRestartsExhausted), or a worker that could not start. A
+// Coordinator runs once: a second call, even after the first failed, fails
+// at once and touches nothing (a new Coordinator on the same Config.Dir
+// resumes the job).
 func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
+	if c.ran.Swap(true) {
+		return nil, errors.New("engine: Coordinator.Run called again; a Coordinator runs once (a new one on the same Dir resumes the job)")
+	}
 	gen, err := c.openJournal()
 	if err != nil {
 		return nil, err
