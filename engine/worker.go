@@ -70,9 +70,9 @@ type Worker struct {
 
 	inc atomic.Pointer[incarnation]
 
-	// closeLog is (*store.Log).Close; tests substitute it to make closing
-	// (and so syncing) a source log fail.
-	closeLog func(*store.Log) error
+	// closeLog is (*store.Log).Close and syncLog (*store.Log).Sync; tests
+	// substitute them to make closing or syncing a source log fail.
+	closeLog, syncLog func(*store.Log) error
 
 	mu         sync.Mutex // serializes control calls
 	registered map[taskid.ID]bool
@@ -138,7 +138,8 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{job: job, cfg: cfg, node: node, ckpts: cs, lock: lock, log: lg, events: make(chan Event, 64),
-		registered: map[taskid.ID]bool{}, killAt: kp, closeLog: (*store.Log).Close}
+		registered: map[taskid.ID]bool{}, killAt: kp, closeLog: (*store.Log).Close,
+		syncLog: (*store.Log).Sync}
 	return w, nil
 }
 
@@ -592,7 +593,9 @@ func (w *Worker) current(gen uint64) (*incarnation, error) {
 
 // Checkpoint persists every stateful task's checkpoint copy at tc (when
 // persist is set) and fsyncs the source logs, then makes next the tasks'
-// new checkpoint time. Sources must not have read at or beyond next.
+// new checkpoint time. Sources must not have read at or beyond next. A
+// source log that fails to sync fails it with an error wrapping
+// ErrSourceLogLost, and every later Start with it (see Start).
 func (w *Worker) Checkpoint(gen uint64, persist bool, tc, next int64) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -602,7 +605,14 @@ func (w *Worker) Checkpoint(gen uint64, persist bool, tc, next int64) error {
 	}
 	if persist {
 		for _, s := range inc.sources {
-			if err := s.log.Sync(); err != nil {
+			if err := w.syncLog(s.log); err != nil {
+				// The log refuses every later Append and Sync, and every
+				// later Open of its directory: no recovery can replay it.
+				err = fmt.Errorf("%w: source %q task %v: syncing its log %s failed, so the records it holds may not be on disk and cannot be replayed exactly once: %w",
+					ErrSourceLogLost, w.job.Procs[s.id.Processor].Name, s.id, s.log.Dir(), err)
+				if w.lostLog == nil {
+					w.lostLog = err
+				}
 				return err
 			}
 		}

@@ -185,3 +185,44 @@ func TestAWorkerRefusesToStartOnALogThatFailedAnFsyncInAnEarlierProcess(t *testi
 		t.Fatal("a generation runs on a source log whose fsync failed")
 	}
 }
+
+// TestASourceLogThatFailsToSyncAtACheckpointIsALostLog: a checkpoint
+// fsyncs the source logs; when that fails, the log may have lost records
+// (it refuses every later Append and Sync, and every later Open of its
+// directory), so no recovery can replay it exactly once. The checkpoint
+// must fail with ErrSourceLogLost, marked for the coordinator, which then
+// ends the run at once, and the worker must start no generation after it.
+// It used to return the bare fsync error: the coordinator took it for a
+// task failure and recovered, and with a restart policy that was used up,
+// or NoRestarts, the run ended with ErrRestartsExhausted instead.
+func TestASourceLogThatFailsToSyncAtACheckpointIsALostLog(t *testing.T) {
+	job := &Job{
+		Procs: []Proc{
+			{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return quietSource{}, nil }},
+			{Name: "sink", Parallelism: 1, NewTask: func(int) (Task, error) { return dropTask{}, nil }},
+		},
+		Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
+	}
+	w, err := NewWorker(job, WorkerConfig{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.syncLog = func(*store.Log) error { return fmt.Errorf("store: fsync: %w", syscall.EIO) }
+	start := func(gen uint64) error {
+		return w.Start(StartCmd{Gen: gen, Node: 0, Addrs: []string{w.Addr()}, Placement: []int{0, 0}, Target: 10, Horizon: 20})
+	}
+	if err := start(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(1); err != nil {
+		t.Fatal(err)
+	}
+	r := w.Do(Request{ID: 7, Op: "checkpoint", Gen: 1, Persist: true, Ts: 10, Next: 20})
+	if r.Err == "" || !r.LogLost || !strings.Contains(r.Err, syscall.EIO.Error()) || !strings.Contains(r.Err, `"src"`) {
+		t.Fatalf("the answer to a checkpoint whose log sync failed is %+v; want an error naming the source and EIO, marked log_lost", r)
+	}
+	if err := start(2); !errors.Is(err, ErrSourceLogLost) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Start after the source log failed to sync returned %v; want ErrSourceLogLost wrapping EIO", err)
+	}
+}
