@@ -35,11 +35,15 @@ type localHandle struct {
 	dead   atomic.Bool
 	lives  atomic.Uint64
 	mu     sync.Mutex
-	stop   chan struct{}
+	stop   chan struct{} // closed when the current worker is killed or closed
+	// quit is closed by close: the coordinator reads no more events, and
+	// nothing may wait to hand it one.
+	quit     chan struct{}
+	quitOnce sync.Once
 }
 
 func newLocalHandle(job *Job, cfg WorkerConfig, node int, events chan<- Event) (*localHandle, error) {
-	h := &localHandle{job: job, cfg: cfg, node: node, events: events}
+	h := &localHandle{job: job, cfg: cfg, node: node, events: events, quit: make(chan struct{})}
 	if err := h.restart(context.Background()); err != nil {
 		return nil, err
 	}
@@ -72,7 +76,10 @@ func (h *localHandle) kill() error {
 		return errDown
 	}
 	close(h.stop)
-	h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: "killed", Node: h.node, Life: h.life()}
+	select {
+	case h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: "killed", Node: h.node, Life: h.life()}:
+	case <-h.quit:
+	}
 	h.w.Load().Close()
 	return nil
 }
@@ -93,7 +100,11 @@ func (h *localHandle) restart(ctx context.Context) error {
 		for {
 			select {
 			case ev := <-w.Events():
-				h.events <- ev
+				select { // once the run has ended, nobody reads events
+				case h.events <- ev:
+				case <-stop:
+					return
+				}
 			case <-stop:
 				return
 			}
@@ -103,6 +114,7 @@ func (h *localHandle) restart(ctx context.Context) error {
 }
 
 func (h *localHandle) close() {
+	h.quitOnce.Do(func() { close(h.quit) }) // before mu, which a kill may hold waiting on events
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.dead.Swap(true) {

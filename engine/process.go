@@ -78,6 +78,10 @@ type processHandle struct {
 	node   int
 	events chan<- Event
 	listen string
+	// quit is closed by close: the coordinator reads no more events, and
+	// the node's lines must still be read to its end.
+	quit     chan struct{}
+	quitOnce sync.Once
 
 	mu struct {
 		sync.Mutex
@@ -92,7 +96,7 @@ type processHandle struct {
 }
 
 func newProcessHandle(ctx context.Context, launch Launcher, node int, events chan<- Event) (*processHandle, error) {
-	h := &processHandle{launch: launch, node: node, events: events}
+	h := &processHandle{launch: launch, node: node, events: events, quit: make(chan struct{})}
 	if err := h.restart(ctx); err != nil {
 		return nil, err
 	}
@@ -150,7 +154,10 @@ func (h *processHandle) read(proc WorkerProcess, sc *bufio.Scanner, exited chan 
 			break
 		}
 		if r.Event != nil {
-			h.events <- *r.Event
+			select {
+			case h.events <- *r.Event:
+			case <-h.quit:
+			}
 			continue
 		}
 		h.mu.Lock()
@@ -179,7 +186,10 @@ func (h *processHandle) read(proc WorkerProcess, sc *bufio.Scanner, exited chan 
 	}
 	h.mu.Unlock()
 	if !wasDead {
-		h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: how, Node: h.node, Life: life}
+		select {
+		case h.events <- Event{Task: fmt.Sprintf("node %d", h.node), Err: how, Node: h.node, Life: life}:
+		case <-h.quit:
+		}
 	}
 }
 
@@ -292,6 +302,7 @@ func (h *processHandle) kill() error {
 }
 
 func (h *processHandle) close() {
+	h.quitOnce.Do(func() { close(h.quit) })
 	h.mu.Lock()
 	proc, stdin, dead, exited := h.mu.proc, h.mu.stdin, h.mu.dead, h.mu.exited
 	h.mu.dead = true

@@ -208,3 +208,52 @@ func TestARunEndsAtOnceWhenASourceLogIsLost(t *testing.T) {
 		t.Errorf("%d recoveries, want none", n)
 	}
 }
+
+// TestARunEndsWhenItsWorkersReportMoreFailuresThanItReads: a generation
+// in which hundreds of tasks fail at once (a bad record broadcast to every
+// task of a wide processor) has its workers report more failures than the
+// coordinator's queue of events holds, and the run ends at the first. The
+// handle of a worker process went on reading the worker's lines and
+// blocked handing the next event to a queue nobody read any more; then it
+// never read the worker's exit, and Run, waiting for it, never returned.
+func TestARunEndsWhenItsWorkersReportMoreFailuresThanItReads(t *testing.T) {
+	job := &Job{Procs: []Proc{{Name: "src", Parallelism: 1,
+		NewSource: func(int) (Source, error) { return nil, errors.New("the fake worker runs no source") }}}}
+	launch := func(context.Context, int, string) (WorkerProcess, error) {
+		p := newPipeProcess()
+		p.serve(func(req Request) string {
+			if req.Op == "run" {
+				go func() { // each failure its own line, beside the answers
+					for i := range 512 {
+						line := fmt.Sprintf(`{"id":0,"event":{"gen":%d,"task":"1.%d","err":"bad record"}}`+"\n", req.Gen, i)
+						if _, err := io.WriteString(p.outW, line); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			return fmt.Sprintf(`{"id":%d}`, req.ID)
+		})
+		return p, nil
+	}
+	c, err := NewCoordinator(job, Config{Dir: t.TempDir(), NoSync: true, Launch: launch, Restart: RestartPolicy{MaxRestarts: NoRestarts}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cap(c.events) >= 512 {
+		t.Fatalf("the coordinator queues %d events; the test must send more", cap(c.events))
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Run(context.Background())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrRestartsExhausted) || !strings.Contains(err.Error(), "bad record") {
+			t.Fatalf("run ended with %v, want ErrRestartsExhausted naming the failure", err)
+		}
+	case <-time.After(60 * time.Second): // a hang guard
+		t.Fatal("Run did not return after the first failure")
+	}
+}

@@ -1,0 +1,52 @@
+package engine
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAnInProcessWorkersEventsDoNotOutliveItsHandle: the goroutine that
+// hands an in-process worker's events to the coordinator must end when
+// the handle is closed, even while it waits to hand one over to a queue
+// nobody reads any more (the run ended at its first failure while
+// hundreds of tasks reported theirs). It used to wait for ever: one
+// goroutine, and the closed worker it holds, leaked per run.
+func TestAnInProcessWorkersEventsDoNotOutliveItsHandle(t *testing.T) {
+	job := &Job{
+		Procs: []Proc{
+			{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return quietSource{}, nil }},
+			{Name: "sink", Parallelism: 1, NewTask: func(int) (Task, error) { return dropTask{}, nil }},
+		},
+		Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
+	}
+	const forwarder = "engine.(*localHandle).restart.func"
+	running := func() (int, string) {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		return strings.Count(stacks, forwarder), stacks
+	}
+	before, _ := running()     // other tests' handles, if any
+	events := make(chan Event) // the coordinator no longer reads
+	h, err := newLocalHandle(job, WorkerConfig{Dir: t.TempDir(), NoSync: true}, 0, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := h.w.Load()
+	// One more event than the worker queues: once the last is queued, the
+	// forwarder has taken one and waits to hand it over.
+	for range cap(w.events) + 1 {
+		w.events <- Event{Gen: 1, Task: "1.0", Err: "bad record"}
+	}
+	h.close()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) { // a hang guard
+		n, stacks := running()
+		if n <= before {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the handle is closed, but its event forwarder still runs:\n%s", stacks)
+		}
+	}
+}
