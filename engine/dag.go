@@ -17,8 +17,9 @@ type Source interface {
 	// fresh start, and after a recovery with the timestamp after the last
 	// record in the source's message store.
 	Start(next int64) error
-	// Read appends the next records to dst, all with timestamps < limit,
-	// and returns low, a bound below which no later record's timestamp
+	// Read appends the next records to dst, all with timestamps < limit
+	// (a record at or beyond it fails the source: a recovery would repeat
+	// it), and returns low, a bound below which no later record's timestamp
 	// falls. When it has nothing below limit it appends nothing (it may
 	// wait briefly first). It returns io.EOF once the input has ended,
 	// possibly with final records. The engine keeps no reference to the

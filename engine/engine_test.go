@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -379,5 +380,44 @@ func TestATaskEmittingOutsideItsInputsTimestampsFails(t *testing.T) {
 	_, err = c.Run(ctx)
 	if !errors.Is(err, engine.ErrRestartsExhausted) || !strings.Contains(err.Error(), "emitted a message with timestamp") {
 		t.Fatalf("run ended with %v, want the task's failure for its output's timestamp", err)
+	}
+}
+
+// eagerSource reads records 0..n-1, as many as it has, whatever limit it
+// is given.
+type eagerSource struct{ n, next int64 }
+
+func (s *eagerSource) Start(next int64) error { s.next = max(next, 0); return nil }
+
+func (s *eagerSource) Read(dst []engine.Record, _ int64) ([]engine.Record, int64, error) {
+	for ; s.next < s.n; s.next++ {
+		dst = append(dst, engine.Record{Ts: s.next, Payload: []byte("x")})
+	}
+	return dst, s.next, io.EOF
+}
+
+// A source that reads records at or beyond the limit it was given (the
+// horizon, the next checkpoint time) fails, saying so: a stateful task
+// would hold such a record in the checkpoint below it, and a recovery to
+// that checkpoint would replay the record again. It used to run on, and
+// the job came out with a duplicate after such a recovery.
+func TestASourceReadingBeyondItsLimitFails(t *testing.T) {
+	job := &engine.Job{
+		Procs: []engine.Proc{
+			{Name: "eager", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return &eagerSource{n: 1000}, nil }},
+			{Name: "sink", Parallelism: 1, NewTask: func(int) (engine.Task, error) { return keepTask{got: make(chan string, 2000)}, nil }},
+		},
+		Edges: []engine.Edge{{From: "eager", To: "sink", Partitioner: engine.RoundRobin}},
+	}
+	c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true, InitialInterval: 16,
+		Restart: engine.RestartPolicy{MaxRestarts: engine.NoRestarts}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+	defer cancel()
+	_, err = c.Run(ctx)
+	if !errors.Is(err, engine.ErrRestartsExhausted) || !strings.Contains(err.Error(), "at or beyond the limit") {
+		t.Fatalf("run ended with %v, want the source's failure for reading beyond its limit", err)
 	}
 }

@@ -346,6 +346,15 @@ func (s *sourceRun) loop() error {
 		if err != nil && !eof {
 			return err
 		}
+		for _, r := range recs {
+			if r.Ts >= h {
+				// A stateful task would take it into the checkpoint at h,
+				// which the logs replay from: after a recovery to that
+				// checkpoint it would be counted twice.
+				return fmt.Errorf("engine: source %v read a record with timestamp %d, at or beyond the limit %d it was given: "+
+					"a source reads only below its limit, or recovery repeats the record", s.id, r.Ts, h)
+			}
+		}
 		if len(recs) > 0 {
 			if err := s.log.Append(recs); err != nil {
 				return err
