@@ -96,6 +96,9 @@ func (j *Job) Validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidJob, fmt.Sprintf(format, a...))
 	}
+	if j == nil {
+		return bad("no job (nil)")
+	}
 	if len(j.Procs) == 0 {
 		return bad("no processors")
 	}
@@ -214,8 +217,10 @@ type outEdge struct {
 }
 
 // Placement maps each task to the node (0..nodes-1) that runs it: tasks in
-// order, round robin over the nodes.
+// order, round robin over the nodes. Fewer than one node counts as one, as
+// Config.Nodes does.
 func (j *Job) Placement(nodes int) map[taskid.ID]int {
+	nodes = max(nodes, 1)
 	m := map[taskid.ID]int{}
 	for i, id := range j.tasks() {
 		m[id] = i % nodes

@@ -47,3 +47,32 @@ func TestValidateRefusesEveryMalformedJob(t *testing.T) {
 		t.Errorf("parallelism at the max: %v", err)
 	}
 }
+
+// A nil job is refused as invalid by Validate, NewCoordinator and
+// NewWorker, and Placement over no nodes places every task on node 0, as a
+// Config of Nodes 0 runs one node: neither panics.
+func TestANilJobAndNoNodesAreRefusedOrDefaultedWithoutPanicking(t *testing.T) {
+	var job *engine.Job
+	if err := job.Validate(); !errors.Is(err, engine.ErrInvalidJob) {
+		t.Errorf("nil job: Validate = %v, want ErrInvalidJob", err)
+	}
+	if _, err := engine.NewCoordinator(nil, engine.Config{Dir: t.TempDir()}); !errors.Is(err, engine.ErrInvalidJob) {
+		t.Errorf("nil job: NewCoordinator = %v, want ErrInvalidJob", err)
+	}
+	if _, err := engine.NewWorker(nil, engine.WorkerConfig{Dir: t.TempDir()}); !errors.Is(err, engine.ErrInvalidJob) {
+		t.Errorf("nil job: NewWorker = %v, want ErrInvalidJob", err)
+	}
+	task := func(int) (engine.Task, error) { return keepTask{}, nil }
+	j := &engine.Job{Procs: []engine.Proc{{Name: "a", Parallelism: 3, NewTask: task}}}
+	for _, nodes := range []int{0, -1} {
+		p := j.Placement(nodes)
+		if len(p) != 3 {
+			t.Errorf("Placement(%d) places %d tasks, want 3", nodes, len(p))
+		}
+		for id, n := range p {
+			if n != 0 {
+				t.Errorf("Placement(%d) puts %v on node %d, want 0", nodes, id, n)
+			}
+		}
+	}
+}
