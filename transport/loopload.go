@@ -51,6 +51,10 @@ type loopLoad struct {
 	// shared is set while they belong to more than one node.
 	nodes  map[*Node]int
 	shared atomic.Bool
+
+	// goid is the id of the loop's goroutine, recorded at its first
+	// connection (loop only), in loopGoroutines until the group stops.
+	goid uint64
 }
 
 // enroll counts a connection of node n opening (+1) or closing (-1) on
@@ -120,6 +124,18 @@ func (l *loopLoad) busyShared(now int64) bool {
 type loopLoads struct {
 	mu sync.Mutex
 	m  map[gnet.EventLoop]*loopLoad
+}
+
+// forgetGoroutines takes the group's loops out of loopGoroutines once
+// they have stopped.
+func (ls *loopLoads) forgetGoroutines() {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, l := range ls.m {
+		if l.goid != 0 {
+			loopGoroutines.Delete(l.goid)
+		}
+	}
 }
 
 // of returns the load of event loop el, made at its first connection.

@@ -41,6 +41,7 @@ import (
 // loopGroup is a set of gnet event loops shared by the nodes of a process.
 type loopGroup struct {
 	cli   *gnet.Client
+	h     *loopHandler
 	loops int
 	refs  int // nodes using it; under groups.mu
 }
@@ -67,7 +68,8 @@ func acquireLoops(n int) (*loopGroup, error) {
 		g.refs++
 		return g, nil
 	}
-	cli, err := gnet.NewClient(&loopHandler{loads: new(loopLoads)},
+	h := &loopHandler{loads: new(loopLoads)}
+	cli, err := gnet.NewClient(h,
 		gnet.WithMulticore(n > 1),
 		gnet.WithNumEventLoop(n),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
@@ -81,7 +83,7 @@ func acquireLoops(n int) (*loopGroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: starting %d event loops: %w", n, err)
 	}
-	g := &loopGroup{cli: cli, loops: n, refs: 1}
+	g := &loopGroup{cli: cli, h: h, loops: n, refs: 1}
 	if groups.m == nil {
 		groups.m = make(map[int]*loopGroup)
 	}
@@ -99,6 +101,7 @@ func (g *loopGroup) release() {
 	}
 	delete(groups.m, g.loops)
 	_ = g.cli.Stop()
+	g.h.loads.forgetGoroutines()
 }
 
 // enroll hands the connected socket nc, whose conn is c, to one of the
@@ -123,6 +126,10 @@ func (h *loopHandler) OnOpen(gc gnet.Conn) ([]byte, gnet.Action) {
 		return nil, gnet.Close
 	}
 	l := h.loads.of(gc.EventLoop())
+	if l.goid == 0 {
+		l.goid = goid()
+		loopGoroutines.Store(l.goid, struct{}{})
+	}
 	l.enroll(c.node, +1)
 	c.load.Store(l)
 	if c.state.Load() == stClosed || !c.setLink(gnetLink{gc}, gc.Fd()) {

@@ -90,6 +90,9 @@ func (l *netLink) start(first []byte) {
 
 func (l *netLink) loop(first []byte) {
 	defer l.wg.Done()
+	g := goid()
+	loopGoroutines.Store(g, struct{}{})
+	defer loopGoroutines.Delete(g)
 	err := l.open(first)
 	for err == nil {
 		select {

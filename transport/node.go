@@ -48,6 +48,9 @@ type Node struct {
 	stopping   chan struct{} // closed once shutdown has closed the connections
 	closed     chan struct{}
 	bgDone     sync.WaitGroup
+	// closers counts the goroutines of Close calls made on an event loop
+	// while they flush (see closeInBackground).
+	closers sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
@@ -296,7 +299,10 @@ func (n *Node) Handle(target taskid.ID, h Handler) error {
 // target, in order per channel; runs from several connections are
 // serialized, so they may come from different goroutines. A task whose
 // handler can block (one that emits with Send, or waits for credit) must
-// use Handle.
+// use Handle. Once the node shuts down, inline handlers are given nothing
+// more. An inline handler may still close its node: Close and Abort, which
+// cannot wait on the loop, return at once and finish in the background
+// (see [Node.Close]).
 func (n *Node) HandleInline(target taskid.ID, h Handler) error {
 	return n.handle(target, h, true)
 }
@@ -382,7 +388,8 @@ func (n *Node) startInboxLocked(in *inbox, h Handler, inline bool) error {
 	}
 	n.bgDone.Add(1)
 	go func() {
-		defer n.bgDone.Done()
+		defer in.leave(n)
+		in.goid.Store(goid())
 		in.run(h)
 	}()
 	return nil
@@ -508,20 +515,91 @@ func (n *Node) abort(c *conn, err error) {
 // everything. It returns ctx's error if it had to drop unacknowledged
 // messages; messages to a peer that refused this node, which no ack will
 // ever come for, it drops without waiting, and returns that refusal
-// (errors.Is ErrRejected).
+// (errors.Is ErrRejected). Once it returns, the node's goroutines have
+// ended and no handler runs, but one that closed the node itself and has
+// yet to return.
+//
+// A handler may close its node, on a fatal error say. From a handler of
+// [Node.Handle], Close does all of the above but wait for that handler:
+// the handler is given nothing more, and its goroutine ends when it
+// returns. A message the node sends to that very task cannot be consumed
+// meanwhile: Close then waits for its ack until ctx ends. From an inline
+// handler ([Node.HandleInline], and any function that runs on an event
+// loop), Close cannot wait at all, since closing connections needs the
+// loop the handler holds: it returns nil at once, and the node flushes,
+// until ctx ends (a ctx cancelled when the handler returns drops what is
+// unacknowledged), and shuts down in the background, logging what it
+// dropped; handlers go on receiving until the flush ends. A later Close or
+// Abort from elsewhere waits for the shutdown to finish.
 func (n *Node) Close(ctx context.Context) error {
+	g := goid()
+	if onLoop(g) {
+		n.closeInBackground(ctx)
+		return nil
+	}
+	n.leaveHandler(g)
+	err := n.flush(ctx)
+	n.shutdown(wire.GoAwayShutdown)
+	return err
+}
+
+// flush waits, until ctx ends, for every message sent to every peer to be
+// acknowledged.
+func (n *Node) flush(ctx context.Context) error {
 	var err error
 	for _, p := range n.peers() {
 		if e := p.flush(ctx); e != nil && err == nil {
 			err = e
 		}
 	}
-	n.shutdown(wire.GoAwayShutdown)
 	return err
 }
 
-// Abort closes the node at once, dropping unacknowledged messages.
-func (n *Node) Abort() { n.shutdown(wire.GoAwayShutdown) }
+// closeInBackground is Close for a caller on an event loop: a goroutine
+// flushes and shuts the node down once the loop is free. It counts in
+// closers while it flushes, so that a shutdown that another caller
+// finishes meanwhile waits for it; its own shutdown it leaves to whoever
+// finishes it.
+func (n *Node) closeInBackground(ctx context.Context) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.closed {
+		return
+	}
+	n.closers.Add(1)
+	go func() {
+		err := n.flush(ctx)
+		if err != nil {
+			n.log.Warn("sluice: closing the node (Close on an event loop) dropped unacknowledged messages", "err", err)
+		}
+		n.closers.Done()
+		n.shutdown(wire.GoAwayShutdown)
+	}()
+}
+
+// Abort closes the node at once, dropping unacknowledged messages. Once it
+// returns, the node's goroutines have ended and no handler runs, but one
+// that closed the node itself and has yet to return.
+//
+// From a handler of [Node.Handle], Abort does not wait for that handler:
+// the handler is given nothing more, and its goroutine ends when it
+// returns. From an inline handler ([Node.HandleInline], and any function
+// that runs on an event loop) Abort closes the node's connections, peers
+// and senders and returns at once, and no handler is given anything more;
+// what waits for the loop (the connections' ends, the node's goroutines)
+// finishes in the background once the handler returns. A later Close or
+// Abort from elsewhere waits for it.
+func (n *Node) Abort() {
+	g := goid()
+	if onLoop(g) {
+		if n.beginShutdown(wire.GoAwayShutdown) {
+			go n.finishShutdown()
+		}
+		return
+	}
+	n.leaveHandler(g)
+	n.shutdown(wire.GoAwayShutdown)
+}
 
 // Stopping is closed once the node has begun to shut down (Close or Abort)
 // and has closed its connections, before Close and Abort wait for the
@@ -541,10 +619,44 @@ func (n *Node) peers() []*Peer {
 	return ps
 }
 
+// leaveHandler lets go of g, the calling goroutine, if it runs a handler
+// of the node's (a handler closing its node): shutdown does not wait for
+// it, and it delivers nothing more once the handler returns.
+func (n *Node) leaveHandler(g uint64) {
+	if g == 0 {
+		return
+	}
+	var mine *inbox
+	n.mu.Lock()
+	for _, in := range n.mu.inboxes {
+		if in.goid.Load() == g {
+			mine = in
+			break
+		}
+	}
+	n.mu.Unlock()
+	if mine != nil {
+		mine.leave(n)
+	}
+}
+
+// shutdown closes the node and waits until everything has ended; it waits
+// for a shutdown that began elsewhere to finish. It never runs on an event
+// loop, which it would wait for.
 func (n *Node) shutdown(code wire.GoAwayCode) {
-	if n.closing.Swap(true) {
+	if !n.beginShutdown(code) {
 		<-n.closed
 		return
+	}
+	n.finishShutdown()
+}
+
+// beginShutdown closes the node's connections, peers, senders and inboxes
+// without waiting for anything, so that it may run on an event loop, and
+// reports whether it did: false if the shutdown began before.
+func (n *Node) beginShutdown(code wire.GoAwayCode) bool {
+	if n.closing.Swap(true) {
+		return false
 	}
 	n.mu.Lock()
 	n.mu.closed = true
@@ -564,7 +676,7 @@ func (n *Node) shutdown(code wire.GoAwayCode) {
 		}
 	}
 	for _, p := range n.peers() {
-		p.close(nil)
+		p.close(nil, false) // finishShutdown waits for their dial loops (bgDone)
 	}
 	for _, c := range conns {
 		n.abort(c, ErrClosed)
@@ -577,8 +689,18 @@ func (n *Node) shutdown(code wire.GoAwayCode) {
 	if n.ln != nil {
 		_ = n.ln.Close()
 	}
+	return true
+}
+
+// finishShutdown waits for what beginShutdown closed to end: the
+// connections' close callbacks, the node's goroutines (listener, timers,
+// dial loops, inboxes but one a handler closing its node left) and the
+// flushes of Close calls made on an event loop; then it gives back the
+// event loops and marks the node closed.
+func (n *Node) finishShutdown() {
 	n.links.Wait()
 	n.bgDone.Wait()
+	n.closers.Wait()
 	if n.loops != nil {
 		n.loops.release()
 	}

@@ -98,7 +98,10 @@ const ringPoolShare = 8
 
 // newPeer starts dialing the peer at addr. resume, if not nil, is where
 // the channels of a peer closed at that address would go on (see
-// Peer.Close); the new peer owns it.
+// Peer.Close); the new peer owns it. The caller holds n.mu and found the
+// node open: the dial loops count in n.bgDone too, so that the node's
+// shutdown waits for them even if they outlive a Peer.Close that could not
+// wait (see Peer.close).
 func newPeer(n *Node, addr string, resume map[taskid.Channel]uint64) *Peer {
 	p := &Peer{node: n, addr: addr, rings: window.NewPool(n.o.peerBudget / ringPoolShare)}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -111,6 +114,7 @@ func newPeer(n *Node, addr string, resume map[taskid.Channel]uint64) *Peer {
 	p.mu.resume = resume
 	for slot := range n.o.connsPerPeer {
 		p.wg.Add(1)
+		n.bgDone.Add(1)
 		go p.dialLoop(slot)
 	}
 	return p
@@ -292,6 +296,7 @@ func (p *Peer) refuseLocked(refusal error) {
 
 // dialLoop keeps one connection slot up until the peer is closed.
 func (p *Peer) dialLoop(slot int) {
+	defer p.node.bgDone.Done()
 	defer p.wg.Done()
 	n := p.node
 	backoff := n.o.minBackoff
@@ -384,7 +389,7 @@ func (n *Node) dial(p *Peer, slot int) (*conn, error) {
 // same address; [Node.Close] and [Node.Abort] close every peer. It returns
 // nil. Safe for concurrent use.
 func (p *Peer) Close() error {
-	p.close(fmt.Errorf("%w: peer %s closed (Peer.Close)", ErrClosed, p.addr))
+	p.close(fmt.Errorf("%w: peer %s closed (Peer.Close)", ErrClosed, p.addr), true)
 	resume := p.resumePoints()
 	n := p.node
 	n.mu.Lock()
@@ -420,21 +425,30 @@ func (p *Peer) resumePoints() map[taskid.Channel]uint64 {
 // close stops redialing, closes the peer's connections and shuts its
 // channels, with why (a ChannelError) for their senders if it is not nil,
 // else ErrClosed. Unacknowledged messages are dropped. Once it returns the
-// peer is closed, whoever called it first.
-func (p *Peer) close(why error) {
+// peer is closed, whoever called it first, and with wait its dial loops
+// and connections have ended. Without wait (on an event loop, where a
+// connection of the peer may need the loop to end) it only tells them to
+// end: its channels are shut first, and the node's shutdown waits for the
+// dial loops (n.bgDone).
+func (p *Peer) close(why error, wait bool) {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
 		p.mu.closed = true
 		chans := p.channelListLocked()
 		p.mu.Unlock()
 		p.cancel()
-		p.wg.Wait()
+		if wait {
+			p.wg.Wait()
+		}
 		for _, ch := range chans {
 			ch.shut(why)
 		}
 		p.drained.broadcast()
 		p.budget.broadcast()
 	})
+	if wait {
+		p.wg.Wait() // for a caller that came second, after one that did not wait
+	}
 }
 
 // channelList returns the peer's channels as they are now.

@@ -3,6 +3,7 @@ package transport
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/sluicehq/sluice/lossdetect"
@@ -23,6 +24,11 @@ import (
 // Abort wait for handlers to return: one that blocks on something other
 // than the node (an application yet to take a message) also watches
 // [Node.Stopping].
+//
+// A handler may close its own node, on a fatal error say: [Node.Close] and
+// [Node.Abort] called from it do not wait for it, and it is given nothing
+// more once the call returned (but for an inline handler's Close, which
+// finishes in the background; see Node.Close).
 type Handler func(ch taskid.Channel, firstSeq uint64, msgs []Message)
 
 // Message is one message of a channel: the timestamp its source sent it
@@ -117,7 +123,9 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []Message)
 	in.order.Lock()
 	defer in.order.Unlock()
 	if h := in.inlineH; h != nil {
-		rs.runInline(c, ic, firstSeq, msgs, h)
+		if !c.node.closing.Load() { // a node shutting down calls no inline handler (Node.Abort)
+			rs.runInline(c, ic, firstSeq, msgs, h)
+		}
 		return nil
 	}
 	var size int
@@ -349,6 +357,15 @@ type inbox struct {
 	order   sync.Mutex
 	inlineH Handler
 
+	// goid is the id of the goroutine that delivers the queued runs,
+	// set by it before it delivers any (0: none), so that a handler
+	// closing its node is known by its goroutine (Node.leaveHandler).
+	// left is set once that goroutine no longer counts in the node's
+	// bgDone: it has ended, or its handler closes the node, which then
+	// does not wait for it, and it delivers nothing more.
+	goid atomic.Uint64
+	left atomic.Bool
+
 	mu struct {
 		sync.Mutex
 		q       []*delivery
@@ -438,11 +455,23 @@ func (in *inbox) pop() *delivery {
 	return d
 }
 
-// run delivers to the handler until stop is closed.
+// leave stops the node's shutdown from waiting for the inbox's goroutine
+// (n.bgDone), once.
+func (in *inbox) leave(n *Node) {
+	if in.left.CompareAndSwap(false, true) {
+		n.bgDone.Done()
+	}
+}
+
+// run delivers to the handler until stop is closed, or until the handler
+// has closed its node (left).
 func (in *inbox) run(h Handler) {
 	for {
 		for d := in.pop(); d != nil; d = in.pop() {
 			deliver(h, d)
+			if in.left.Load() {
+				return
+			}
 		}
 		select {
 		case <-in.wake:

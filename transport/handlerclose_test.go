@@ -1,0 +1,160 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/taskid"
+)
+
+// hangGuard is how long a test waits for a call that deadlocks without
+// the fix before it fails; generous, it only turns a hang into a failure.
+const hangGuard = 10 * time.Second
+
+// handlerKinds are the two ways a target's handler runs: on a goroutine
+// of its own (Handle) or on the event loop (HandleInline).
+var handlerKinds = []struct {
+	name   string
+	inline bool
+}{{"goroutine", false}, {"inline", true}}
+
+// unguardedNode is a node that the test aborts itself, once it knows that
+// Abort returns: a cleanup's Abort after a deadlock would hang the test
+// binary instead of failing the test. All its connections run on one gnet
+// loop, so that an inline handler shares its loop with every connection.
+func unguardedNode(t *testing.T, be []Option, opts ...Option) *Node {
+	t.Helper()
+	n, err := NewNode(append(append([]Option{WithEventLoops(1)}, opts...), be...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// abortWithin aborts n from the test's goroutine, failing the test if that
+// does not return.
+func abortWithin(t *testing.T, n *Node, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { n.Abort(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(hangGuard):
+		t.Fatalf("Abort of %s has not returned after %v", what, hangGuard)
+	}
+}
+
+// A handler that meets a fatal error closes its node: Close and Abort,
+// called from the handler, return instead of waiting for the handler that
+// calls them, the node shuts down, and the handler is given nothing more
+// once the call returned (but for Close from an inline handler, which
+// goes on receiving while the node flushes in the background).
+func TestAHandlerClosesItsNode(t *testing.T) {
+	for _, b := range backends(t)[:2] {
+		for _, k := range handlerKinds {
+			for _, call := range []string{"Close", "Abort"} {
+				t.Run(fmt.Sprintf("%s/%s/%s", b.name, k.name, call), func(t *testing.T) {
+					testAHandlerClosesItsNode(t, b.opts, k.inline, call == "Abort")
+				})
+			}
+		}
+	}
+}
+
+func testAHandlerClosesItsNode(t *testing.T, be []Option, inline, abort bool) {
+	baseline := runtime.NumGoroutine()
+	rx := unguardedNode(t, be, WithListen("127.0.0.1:0"))
+	tx := unguardedNode(t, be)
+	target := taskid.ID{Processor: 1}
+	var (
+		called   atomic.Bool
+		returned atomic.Bool
+		after    atomic.Int64 // runs given to the handler after its call returned
+		result   = make(chan error, 1)
+	)
+	h := func(taskid.Channel, uint64, []Message) {
+		if returned.Load() {
+			after.Add(1)
+			return
+		}
+		if called.Swap(true) {
+			return
+		}
+		var err error
+		if abort {
+			rx.Abort()
+		} else {
+			err = rx.Close(context.Background()) // no deadline: the call must not need one
+		}
+		returned.Store(true)
+		result <- err
+	}
+	handle := rx.Handle
+	if inline {
+		handle = rx.HandleInline
+	}
+	if err := handle(target, h); err != nil {
+		t.Fatal(err)
+	}
+	p, err := tx.Peer(rx.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.OpenSender(context.Background(), taskid.ID{}, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 50 {
+		if err := s.TrySend(int64(k), []byte("fatal")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-result:
+		if err != nil {
+			t.Errorf("Close from the handler: %v, want nil", err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatalf("the node's shutdown, called from its handler, has not returned after %v", hangGuard)
+	}
+	if !inline || abort {
+		// The node is closed for its users once the call returned.
+		if _, err := rx.Peer("127.0.0.1:1"); !errors.Is(err, ErrClosed) {
+			t.Errorf("Node.Peer once the handler's call returned: %v, want ErrClosed", err)
+		}
+		select {
+		case <-rx.Stopping():
+		default:
+			t.Error("Stopping is not closed once the handler's call returned")
+		}
+	}
+	abortWithin(t, rx, "the node its handler closed")
+	select {
+	case <-rx.Stopping():
+	default:
+		t.Error("Stopping is not closed after Abort returned")
+	}
+	if n := after.Load(); n > 0 && (!inline || abort) {
+		t.Errorf("the handler was given %d runs after its call returned", n)
+	}
+	abortWithin(t, tx, "the sending node")
+	noGoroutinesOver(t, baseline)
+}
+
+// noGoroutinesOver fails the test unless the goroutines of the process
+// come down to baseline, the number before its nodes started: a node's
+// goroutines, the handler's that closed it among them, end.
+func noGoroutinesOver(t *testing.T, baseline int) {
+	t.Helper()
+	for deadline := time.Now().Add(hangGuard); runtime.NumGoroutine() > baseline; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after the nodes closed, %d before they started\n%s", runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])
+		}
+	}
+}
