@@ -158,3 +158,115 @@ func noGoroutinesOver(t *testing.T, baseline int) {
 		}
 	}
 }
+
+// A handler may close a peer its node sends to, one that is gone for good
+// say, connected or still connecting: Peer.Close returns, its senders fail
+// with ErrClosed, and the node makes a new peer for the address.
+func TestAHandlerClosesAPeer(t *testing.T) {
+	for _, b := range backends(t)[:2] {
+		for _, k := range handlerKinds {
+			for _, connecting := range []bool{false, true} {
+				state := "connected"
+				if connecting {
+					state = "connecting"
+				}
+				t.Run(b.name+"/"+k.name+"/"+state, func(t *testing.T) { testAHandlerClosesAPeer(t, b.opts, k.inline, connecting) })
+			}
+		}
+	}
+}
+
+// tracksConnOf reports whether n counts a connection of p among its own:
+// p's dial loop is then giving the connection to the backend (on gnet,
+// waiting for the loop to open it).
+func tracksConnOf(n *Node, p *Peer) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for c := range n.mu.conns {
+		if c.peer == p {
+			return true
+		}
+	}
+	return false
+}
+
+func testAHandlerClosesAPeer(t *testing.T, be []Option, inline, connecting bool) {
+	baseline := runtime.NumGoroutine()
+	rx := unguardedNode(t, be, WithListen("127.0.0.1:0"))
+	tx := unguardedNode(t, be)
+	out := unguardedNode(t, be, WithListen("127.0.0.1:0")) // where rx sends
+	ctx := ctxT(t, hangGuard)
+	var po *Peer
+	if !connecting {
+		var err error
+		if po, err = rx.Peer(out.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		if err := po.WaitConnected(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := taskid.ID{Processor: 1}
+	var (
+		called   atomic.Bool
+		returned = make(chan error, 1)
+	)
+	h := func(taskid.Channel, uint64, []Message) {
+		if called.Swap(true) {
+			return
+		}
+		if connecting {
+			// The handler opens the peer and closes it before it is
+			// up: on gnet its dial loop then waits for this loop.
+			var err error
+			if po, err = rx.Peer(out.Addr()); err != nil {
+				returned <- err
+				return
+			}
+			for deadline := time.Now().Add(hangGuard); !tracksConnOf(rx, po) && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		returned <- po.Close()
+	}
+	handle := rx.Handle
+	if inline {
+		handle = rx.HandleInline
+	}
+	if err := handle(target, h); err != nil {
+		t.Fatal(err)
+	}
+	p, err := tx.Peer(rx.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.OpenSender(ctx, taskid.ID{}, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.TrySend(0, []byte("the peer is gone")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-returned:
+		if err != nil {
+			t.Fatalf("Peer.Close from the handler: %v, want nil", err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatalf("Peer.Close, called from a handler, has not returned after %v", hangGuard)
+	}
+	if _, err := po.OpenSender(ctx, taskid.ID{Processor: 1}, taskid.ID{Processor: 3}); !errors.Is(err, ErrClosed) {
+		t.Errorf("OpenSender on the closed peer: %v, want ErrClosed", err)
+	}
+	if again, err := rx.Peer(out.Addr()); err != nil || again == po {
+		t.Errorf("Node.Peer after the peer closed: %p, %v; want a new peer", again, err)
+	}
+	// The node still receives.
+	if err := s.Flush(ctx); err != nil {
+		t.Errorf("Flush to the node whose handler closed a peer: %v", err)
+	}
+	abortWithin(t, rx, "the node whose handler closed a peer")
+	abortWithin(t, tx, "the sending node")
+	abortWithin(t, out, "the closed peer's node")
+	noGoroutinesOver(t, baseline)
+}

@@ -375,7 +375,12 @@ func (n *Node) dial(p *Peer, slot int) (*conn, error) {
 // blocked in them or not, return a [ChannelError] that errors.Is
 // ErrClosed and names the peer; OpenSender, WaitConnected and WaitCredit
 // return ErrClosed. Close returns once the peer's dial loops and
-// connections have ended.
+// connections have ended; but on an event loop (from an inline handler,
+// see [Node.HandleInline]), where a connection of the peer may need that
+// very loop to end, it closes the senders and returns without waiting,
+// and the dial loops and connections end once the loop is free ([Node.Close]
+// and [Node.Abort] wait for them). A handler of [Node.Handle] may call it
+// like any other goroutine.
 //
 // The node then forgets the peer, and [Node.Peer] with its address makes a
 // new one. Of the old one the node keeps only where each channel that
@@ -389,7 +394,7 @@ func (n *Node) dial(p *Peer, slot int) (*conn, error) {
 // same address; [Node.Close] and [Node.Abort] close every peer. It returns
 // nil. Safe for concurrent use.
 func (p *Peer) Close() error {
-	p.close(fmt.Errorf("%w: peer %s closed (Peer.Close)", ErrClosed, p.addr), true)
+	p.close(fmt.Errorf("%w: peer %s closed (Peer.Close)", ErrClosed, p.addr), !onLoop(goid()))
 	resume := p.resumePoints()
 	n := p.node
 	n.mu.Lock()
