@@ -270,3 +270,112 @@ func testAHandlerClosesAPeer(t *testing.T, be []Option, inline, connecting bool)
 	abortWithin(t, out, "the closed peer's node")
 	noGoroutinesOver(t, baseline)
 }
+
+// queuedRuns is how many runs wait in target's inbox on n.
+func queuedRuns(n *Node, target taskid.ID) int {
+	n.mu.Lock()
+	in := n.mu.inboxes[target]
+	n.mu.Unlock()
+	if in == nil {
+		return 0
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.mu.q) - in.mu.head
+}
+
+// An inline handler registered while runs wait for it is given them first,
+// and may call the node from those calls as from any other: open an output
+// with Node.Peer, or close the node.
+func TestAnInlineHandlerGivenWhatWaitedMayCallTheNode(t *testing.T) {
+	for _, b := range backends(t)[:2] {
+		for _, reg := range []string{"HandleInline", "HandleAllInline"} {
+			for _, call := range []string{"Peer", "Close"} {
+				t.Run(b.name+"/"+reg+"/"+call, func(t *testing.T) {
+					testAnInlineHandlerGivenWhatWaitedMayCallTheNode(t, b.opts, reg == "HandleAllInline", call == "Close")
+				})
+			}
+		}
+	}
+}
+
+func testAnInlineHandlerGivenWhatWaitedMayCallTheNode(t *testing.T, be []Option, all, closeNode bool) {
+	baseline := runtime.NumGoroutine()
+	rx := unguardedNode(t, be, WithListen("127.0.0.1:0"))
+	tx := unguardedNode(t, be)
+	out := unguardedNode(t, be, WithListen("127.0.0.1:0"))
+	ctx := ctxT(t, hangGuard)
+	target := taskid.ID{Processor: 1}
+	p, err := tx.Peer(rx.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.OpenSender(ctx, taskid.ID{}, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sent = 20
+	for k := range sent {
+		if err := s.Send(ctx, int64(k), payload(s.Channel(), uint64(k), 16)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(hangGuard); queuedRuns(rx, target) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("nothing waits in the target's inbox")
+		}
+	}
+	col := newCollector()
+	collect := col.handler(target)
+	var (
+		called   atomic.Bool
+		returned = make(chan error, 1)
+	)
+	h := func(ch taskid.Channel, first uint64, msgs []Message) {
+		collect(ch, first, msgs)
+		if called.Swap(true) {
+			return
+		}
+		if closeNode {
+			returned <- rx.Close(context.Background())
+			return
+		}
+		_, err := rx.Peer(out.Addr()) // a task opening its outputs
+		returned <- err
+	}
+	registered := make(chan error, 1)
+	go func() {
+		if all {
+			rx.HandleAllInline(func(taskid.ID) Handler { return h })
+			registered <- nil
+			return
+		}
+		registered <- rx.HandleInline(target, h)
+	}()
+	select {
+	case err := <-returned:
+		if err != nil {
+			t.Errorf("the handler's call: %v", err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatalf("the handler's call of the node, given a run that waited, has not returned after %v", hangGuard)
+	}
+	select {
+	case err := <-registered:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(hangGuard):
+		t.Fatalf("registering the inline handler has not returned after %v", hangGuard)
+	}
+	if !closeNode {
+		if err := s.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		col.check(t, sent)
+	}
+	abortWithin(t, rx, "the receiving node")
+	abortWithin(t, tx, "the sending node")
+	abortWithin(t, out, "the node the handler dials")
+	noGoroutinesOver(t, baseline)
+}

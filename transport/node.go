@@ -299,10 +299,13 @@ func (n *Node) Handle(target taskid.ID, h Handler) error {
 // target, in order per channel; runs from several connections are
 // serialized, so they may come from different goroutines. A task whose
 // handler can block (one that emits with Send, or waits for credit) must
-// use Handle. Once the node shuts down, inline handlers are given nothing
-// more. An inline handler may still close its node: Close and Abort, which
-// cannot wait on the loop, return at once and finish in the background
-// (see [Node.Close]).
+// use Handle. Runs that arrived before h was registered (they wait in the
+// target's inbox, copied) are given to it first, in order, on a goroutine
+// of the node's as [Node.Handle]'s are, and the runs after them inline;
+// HandleInline does not wait for them. Once the node shuts down, inline
+// handlers are given nothing more. An inline handler may still close its
+// node: Close and Abort, which cannot wait on the loop, return at once and
+// finish in the background (see [Node.Close]).
 func (n *Node) HandleInline(target taskid.ID, h Handler) error {
 	return n.handle(target, h, true)
 }
@@ -378,19 +381,24 @@ func (n *Node) startInboxLocked(in *inbox, h Handler, inline bool) error {
 	if h == nil {
 		return fmt.Errorf("transport: nil handler for task %v", in.target)
 	}
-	if inline {
-		return in.goInline(h)
-	}
 	in.mu.Lock()
-	defer in.mu.Unlock()
-	if err := in.setHandlerLocked(h); err != nil {
+	err := in.setHandlerLocked(h)
+	in.mu.Unlock()
+	if err != nil {
 		return err
+	}
+	run := in.run
+	if inline {
+		if in.goInline(h) {
+			return nil
+		}
+		run = in.runThenInline // runs wait: delivered first, as Handle's are
 	}
 	n.bgDone.Add(1)
 	go func() {
 		defer in.leave(n)
 		in.goid.Store(goid())
-		in.run(h)
+		run(h)
 	}()
 	return nil
 }

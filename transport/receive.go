@@ -422,24 +422,50 @@ func (in *inbox) setHandlerLocked(h Handler) error {
 	return nil
 }
 
-// goInline makes h the target's inline handler. Runs that arrived before
-// are delivered first, in order, from the calling goroutine.
-func (in *inbox) goInline(h Handler) error {
+// goInline makes h, the target's handler, inline, unless runs that
+// arrived before it wait in the inbox: it reports whether it did. Those
+// runs are not delivered here: the caller holds the node's lock, which
+// the handler may need (Node.Peer, Node.Close); runThenInline delivers
+// them. The caller may take in.order under the node's lock because the
+// target had no handler: no inline handler holds in.order while it waits
+// for the node's lock.
+func (in *inbox) goInline(h Handler) bool {
 	in.order.Lock()
 	defer in.order.Unlock()
 	in.mu.Lock()
-	if err := in.setHandlerLocked(h); err != nil {
-		in.mu.Unlock()
-		return err
-	}
-	queued := in.mu.q[in.mu.head:]
-	in.mu.q, in.mu.head = nil, 0
+	waiting := in.mu.head < len(in.mu.q)
 	in.mu.Unlock()
-	for _, d := range queued {
-		deliver(h, d)
+	if !waiting {
+		in.inlineH = h
 	}
-	in.inlineH = h
-	return nil
+	return !waiting
+}
+
+// runThenInline delivers the runs waiting for the inline handler h, on
+// the inbox's goroutine as run does, and makes h inline once none waits:
+// under in.order, which a run arriving holds while it is queued, so that
+// no run is delivered inline before the queued ones, nor while one is.
+// It stops early, as run does, once the handler closed its node (left).
+func (in *inbox) runThenInline(h Handler) {
+	for {
+		for d := in.pop(); d != nil; d = in.pop() {
+			deliver(h, d)
+			if in.left.Load() {
+				return
+			}
+		}
+		in.order.Lock()
+		in.mu.Lock()
+		empty := in.mu.head == len(in.mu.q)
+		in.mu.Unlock()
+		if empty {
+			in.inlineH = h
+		}
+		in.order.Unlock()
+		if empty {
+			return
+		}
+	}
 }
 
 func (in *inbox) pop() *delivery {
