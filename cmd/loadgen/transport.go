@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -109,6 +110,8 @@ func checkDelivery(delivery string, consumeRate float64) error {
 	switch {
 	case consumeRate < 0:
 		return fmt.Errorf("--consume-rate must not be negative, got %v", consumeRate)
+	case !finite(consumeRate):
+		return fmt.Errorf("--consume-rate must be a finite number of messages per second, got %v", consumeRate)
 	case delivery != "" && delivery != "auto" && delivery != "inline" && delivery != "goroutine":
 		return fmt.Errorf("--delivery must be auto, inline or goroutine, got %q", delivery)
 	case delivery == "inline" && consumeRate > 0:
@@ -127,6 +130,8 @@ func (c *transportConfig) validate() error {
 		return fmt.Errorf("--duration must be positive, got %v", c.duration)
 	case c.rate < 0:
 		return fmt.Errorf("--rate must not be negative, got %v", c.rate)
+	case !finite(c.rate):
+		return fmt.Errorf("--rate must be a finite number of messages per second, got %v", c.rate)
 	case c.channels < 1 || c.channels > maxChannels:
 		return fmt.Errorf("--channels must be 1 to %d (a receiving node takes 65,536 channels from a peer on one connection, and send's report request needs one), got %d", maxChannels, c.channels)
 	case c.connections < 1 || c.connections > maxConnections:
@@ -136,6 +141,11 @@ func (c *transportConfig) validate() error {
 	}
 	return checkDelivery(c.delivery, c.consumeRate)
 }
+
+// finite reports whether a rate from the flags is a number and not
+// infinite, which flag.Float64 accepts ("NaN", "Inf") and which neither the
+// drivers nor the report's JSON can take.
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // loadConfig is what the senders of this configuration send.
 func (c *transportConfig) loadConfig() load.Config {

@@ -317,3 +317,41 @@ func TestBenchSinkFailsOnMalformedPayloads(t *testing.T) {
 		t.Fatalf("finish: %v, want an error counting the malformed payload", err)
 	}
 }
+
+// A rate that is not a number, or infinite, is refused before anything
+// runs: NaN passed the checks, ran the whole --duration at full speed
+// (NaN > 0 is false) and then failed writing a report whose configuration
+// JSON cannot hold.
+func TestRatesThatAreNotFiniteAreRefused(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--scenario", "transport", "--rate", "NaN"}, "--rate must be"},
+		{[]string{"run", "--scenario", "transport", "--rate", "+Inf"}, "--rate must be"},
+		{[]string{"run", "--scenario", "transport", "--consume-rate", "NaN"}, "--consume-rate must be"},
+		{[]string{"run", "--scenario", "transport", "--consume-rate", "Inf"}, "--consume-rate must be"},
+		{[]string{"send", "--to", closedAddr(t), "--rate", "NaN"}, "--rate must be"},
+		{[]string{"serve", "--consume-rate", "NaN"}, "--consume-rate must be"},
+		{[]string{"sweep", "--sizes", "100", "--channel-counts", "1", "--rate", "NaN"}, "--rate must be"},
+	} {
+		// serve runs until its context ends: one that has ended already
+		// makes a serve that took the flag return at once.
+		ctx, cancel := context.WithCancel(t.Context())
+		if c.args[0] == "serve" {
+			cancel()
+		}
+		args := append(c.args, "--out", t.TempDir())
+		if c.args[0] == "run" || c.args[0] == "sweep" {
+			args = append(args, "--duration", "100ms")
+		}
+		if c.args[0] == "serve" {
+			args = append(c.args, "--listen", "127.0.0.1:0")
+		}
+		err := run(ctx, args, io.Discard, io.Discard)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("loadgen %v: error %v, want one saying %q", c.args, err, c.want)
+		}
+	}
+}
