@@ -60,6 +60,27 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// Every combination is checked before the first runs, each value
+	// against sweep's own flag: the rest of the flags at a size and count
+	// in range, then each size and each count.
+	check := func(size, channels int) error {
+		run := tc
+		run.size, run.channels = size, channels
+		return run.validate()
+	}
+	if err := check(headerLen, 1); err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	for _, s := range sz {
+		if err := check(s, 1); err != nil {
+			return fmt.Errorf("sweep: --sizes: %d: %w", s, err)
+		}
+	}
+	for _, c := range ch {
+		if err := check(headerLen, c); err != nil {
+			return fmt.Errorf("sweep: --channel-counts: %d: %w", c, err)
+		}
+	}
 	sw := bench.NewSweepReport("transport")
 	// unfulfilled says, for each run, what its report's Failures say (a
 	// configured fault that never happened): the run counts as failed.
@@ -68,9 +89,6 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		for _, s := range sz {
 			run := tc
 			run.size, run.channels = s, c
-			if err := run.validate(); err != nil {
-				return err
-			}
 			fmt.Fprintf(stderr, "loadgen sweep: %d-byte messages, %d channel(s), %s\n", s, c, run.duration)
 			r, rec, err := runTransport(ctx, run, stdout, stderr)
 			if err != nil {

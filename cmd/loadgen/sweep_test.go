@@ -48,3 +48,26 @@ func TestSweepRefusesBadLists(t *testing.T) {
 		}
 	}
 }
+
+// A size or channel count out of range is refused before the first run,
+// naming sweep's own flag: it was found only when the sweep reached it,
+// after every run before it, and the error named run's --size or
+// --channels, which sweep refuses.
+func TestSweepRefusesAValueOutOfRangeBeforeRunning(t *testing.T) {
+	for _, c := range []struct {
+		sizes, counts, want string
+	}{
+		{"100,2000000", "1", "--sizes: 2000000"},
+		{"100", "1,70000", "--channel-counts: 70000"},
+	} {
+		dir := t.TempDir()
+		err := sweepCmd(context.Background(), []string{"--sizes", c.sizes, "--channel-counts", c.counts,
+			"--duration", "100ms", "--out", dir}, &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("sweep --sizes %s --channel-counts %s: error %v, want one saying %q", c.sizes, c.counts, err, c.want)
+		}
+		if runs, _ := os.ReadDir(dir); len(runs) > 0 {
+			t.Errorf("sweep --sizes %s --channel-counts %s ran %d combination(s) before refusing", c.sizes, c.counts, len(runs))
+		}
+	}
+}
