@@ -476,7 +476,7 @@ func (c *coordinator) report(startAt time.Time, prog *bench.Progress) (*bench.Re
 	cfg := c.cfg.tc.asMap()
 	delete(cfg, "faults")
 	delete(cfg, "seed")
-	if c.cfg.tc.producers == 0 { // each sending agent's own default
+	if c.cfg.tc.producers == 0 && c.cfg.tc.rate == 0 { // each sending agent's own default
 		cfg["producers"] = "half of each sending agent's cores"
 	}
 	cfg["topology"] = c.cfg.topology

@@ -355,3 +355,23 @@ func TestRatesThatAreNotFiniteAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// --producers sets the goroutines of a full-speed run only: a fixed rate
+// is sent by one driver goroutine, so the flag is refused with --rate, and
+// a fixed-rate report records the one producer it had, not half the cores.
+func TestProducersAreForTheFullSpeedRunOnly(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "--scenario", "transport", "--rate", "1000", "--producers", "2", "--duration", "100ms"},
+		{"send", "--to", closedAddr(t), "--rate", "1000", "--producers", "2"},
+	} {
+		err := run(t.Context(), append(args, "--out", t.TempDir()), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--producers") {
+			t.Errorf("loadgen %v: error %v, want one naming --producers", args, err)
+		}
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	c := transportConfig{size: 100, duration: time.Second, rate: 1000, channels: 8, connections: 1}
+	if got := c.asMap()["producers"]; got != 1 {
+		t.Errorf("a fixed-rate run's configuration records %v producers on 4 cores; its one driver sends everything", got)
+	}
+}
