@@ -347,7 +347,7 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	to := fs.String("to", "127.0.0.1:7400", "address of the loadgen serve")
 	messages := fs.Int64("messages", 1_000_000, "messages to send")
 	replyListen := fs.String("reply-listen", "", "address for serve's answer (default: this host's address towards --to, any port)")
-	timeout := fs.Duration("timeout", 2*time.Minute, "give up when serve has not confirmed everything this long after the last send")
+	timeout := fs.Duration("timeout", 2*time.Minute, "give up when serve has not confirmed everything this long after the last send, or when the connection to serve has been down this long")
 	correct := fs.Bool("clock-correction", true, "stamp send times in serve's clock, estimated from the transport's PING round trips, so that the one-way latency serve measures does not depend on the hosts' clocks agreeing (the report states the offset and the error bound); false trusts the clocks as they are")
 	var out outputFlags
 	out.register(fs)
@@ -459,9 +459,16 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	prog.Start()
 	lc := tc.loadConfig()
 	lc.Sent = &confirmed
-	sent, err := load.Count(ctx, lc, *messages, senders)
+	sctx, stopSending := context.WithCancelCause(ctx)
+	watched := watchPeer(sctx, peer, *timeout, stopSending)
+	sent, err := load.Count(sctx, lc, *messages, senders)
+	stopSending(nil)
+	<-watched
 	if err != nil {
 		prog.Stop()
+		if cause := context.Cause(sctx); ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
 		return err
 	}
 	dctx, cancel := context.WithTimeout(ctx, *timeout)
@@ -528,6 +535,37 @@ func localAddrToward(addr string) (string, error) {
 	defer c.Close()
 	host, _, err := net.SplitHostPort(c.LocalAddr().String())
 	return host, err
+}
+
+// watchPeer ends sending (stop, with an error that says why) once the
+// connection to serve has been down for timeout: the producers of a serve
+// that died would otherwise wait for its credit for ever. It returns a
+// channel closed when it has stopped watching, once ctx ends.
+func watchPeer(ctx context.Context, peer *transport.Peer, timeout time.Duration, stop context.CancelCauseFunc) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if peer.Connected() {
+				continue
+			}
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			err := peer.WaitConnected(wctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				stop(fmt.Errorf("send: lost its connection to serve at %s for %v (--timeout) while sending: %w", peer.Addr(), timeout, err))
+				return
+			}
+		}
+	}()
+	return done
 }
 
 // nodeFlags are the flags of the commands that open transport nodes:

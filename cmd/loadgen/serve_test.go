@@ -190,3 +190,25 @@ func TestServeBoundsTheAnswersOnTheirWay(t *testing.T) {
 		t.Errorf("%d answers on their way, want %d", n, maxReplies)
 	}
 }
+
+// A serve that dies while send is sending ends the run once its connection
+// has been down for --timeout, with an error that says so: send used to
+// wait for credit from it for ever, printing 'rate 0 msgs/s' each second.
+func TestSendGivesUpOnAServeThatDied(t *testing.T) {
+	s, _ := startServer(t)
+	go func() {
+		for s.delivered.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		s.node.Abort()
+	}()
+	// The deadline only keeps a send that never gives up from hanging the
+	// test; a send that does gives up long before it.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err := run(ctx, []string{"send", "--to", s.node.Addr(), "--messages", "1000000000", "--timeout", "300ms",
+		"--clock-correction=false", "--out", t.TempDir()}, io.Discard, io.Discard)
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "lost its connection to serve") {
+		t.Fatalf("send to a serve that died: %v, want an error saying it lost its connection to serve", err)
+	}
+}
