@@ -371,6 +371,9 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *messages < 1 {
 		return fmt.Errorf("--messages must be >= 1, got %d", *messages)
 	}
+	if *timeout <= 0 {
+		return fmt.Errorf("--timeout must be positive, got %v", *timeout)
+	}
 	// The transport flags send shares with run that mean nothing here are
 	// refused rather than ignored.
 	var ignored error

@@ -212,3 +212,15 @@ func TestSendGivesUpOnAServeThatDied(t *testing.T) {
 		t.Fatalf("send to a serve that died: %v, want an error saying it lost its connection to serve", err)
 	}
 }
+
+// send refuses a --timeout that is not positive before it sends anything:
+// it was taken, and the run failed only after sending every message, with
+// 'serve did not confirm everything within 0s'.
+func TestSendRefusesATimeoutThatIsNotPositive(t *testing.T) {
+	for _, d := range []string{"0s", "-1s"} {
+		err := run(t.Context(), []string{"send", "--to", closedAddr(t), "--timeout", d, "--out", t.TempDir()}, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--timeout must be positive") {
+			t.Errorf("send --timeout %s: %v, want an error saying --timeout must be positive", d, err)
+		}
+	}
+}
