@@ -609,6 +609,9 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err := checkEngineRun(*scenario, ec, tc); err != nil {
 			return fmt.Errorf("coordinate: %w", err)
 		}
+		if err := out.check(); err != nil {
+			return fmt.Errorf("coordinate: %w", err)
+		}
 		return coordinateEngine(ctx, *scenario, list, key, *connectTimeout, ec, tc, sec, out, stdout, stderr)
 	default:
 		return fmt.Errorf("coordinate: unknown scenario %q (want transport, wordcount or pipeline)", *scenario)
@@ -617,6 +620,12 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		topology: *topology, tc: tc, messages: *messages,
 		startDelay: *startDelay, heartbeatTimeout: *hbTimeout, connectTimeout: *connectTimeout,
 		key: key, agents: list, trustClocks: !*correct,
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if err := out.check(); err != nil {
+		return fmt.Errorf("coordinate: %w", err)
 	}
 	fmt.Fprintf(stderr, "loadgen coordinate: transport scenario on %d agents (%s): %d-byte messages, %s, rate %s, %d channel(s), %d connection(s)\n",
 		len(cfg.agents), cfg.topology, tc.size, amountString(cfg.messages, tc.duration), rateString(tc.rate), tc.channels, tc.connections)

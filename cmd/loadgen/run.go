@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -25,6 +26,37 @@ type outputFlags struct {
 func (o *outputFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.json, "json", false, "print the report as one JSON object on the last line of stdout")
 	fs.StringVar(&o.out, "out", filepath.Join("results", "local"), "directory for report.json, report.md, latency.hgrm and the SVG charts")
+}
+
+// check makes sure the --out directory can be made and written, so that
+// one that cannot take the report is refused before a run rather than found
+// at its end, the run lost. It creates nothing: it writes a file, and
+// removes it, in the directory or in the nearest of its parents that
+// exists.
+func (o *outputFlags) check() error {
+	dir := o.out
+	if dir == "" {
+		return nil
+	}
+	for {
+		fi, err := os.Stat(dir)
+		if err == nil {
+			if !fi.IsDir() {
+				return fmt.Errorf("--out %s: %s is not a directory", o.out, dir)
+			}
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) || filepath.Dir(dir) == dir {
+			return fmt.Errorf("--out %s: %w", o.out, err)
+		}
+		dir = filepath.Dir(dir)
+	}
+	f, err := os.CreateTemp(dir, ".loadgen-check-*")
+	if err != nil {
+		return fmt.Errorf("--out %s: %w", o.out, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
@@ -204,6 +236,14 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("run: %w", err)
 		}
 	}
+	if *scenario == "transport" {
+		if err := tc.validate(); err != nil {
+			return err
+		}
+	}
+	if err := out.check(); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
 	if err := sec.startMetrics(ctx, stderr); err != nil {
 		return err
 	}
@@ -225,9 +265,6 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	)
 	switch *scenario {
 	case "transport":
-		if err := tc.validate(); err != nil {
-			return err
-		}
 		fmt.Fprintf(stderr, "loadgen: transport scenario: %d-byte messages, %s, rate %s, %d channel(s), %d connection(s)%s\n",
 			tc.size, tc.duration, rateString(tc.rate), tc.channels, tc.connections, faultString(tc.faults))
 		var opts []transport.Option

@@ -397,6 +397,9 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if tc.faults != "" {
 		return errors.New("send: --faults is for 'loadgen run'; inject faults into a local run instead")
 	}
+	if err := out.check(); err != nil {
+		return fmt.Errorf("send: %w", err)
+	}
 	reply := *replyListen
 	if reply == "" {
 		host, err := localAddrToward(*to)

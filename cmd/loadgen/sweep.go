@@ -81,6 +81,9 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("sweep: --channel-counts: %d: %w", c, err)
 		}
 	}
+	if err := out.check(); err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
 	sw := bench.NewSweepReport("transport")
 	// unfulfilled says, for each run, what its report's Failures say (a
 	// configured fault that never happened): the run counts as failed.

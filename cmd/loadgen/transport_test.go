@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"io"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -373,5 +375,31 @@ func TestProducersAreForTheFullSpeedRunOnly(t *testing.T) {
 	c := transportConfig{size: 100, duration: time.Second, rate: 1000, channels: 8, connections: 1}
 	if got := c.asMap()["producers"]; got != 1 {
 		t.Errorf("a fixed-rate run's configuration records %v producers on 4 cores; its one driver sends everything", got)
+	}
+}
+
+// An --out that cannot be a directory is refused before the run, naming
+// the flag: it was found only when the report was written, after the whole
+// run, whose summary was then not printed either ('mkdir X: not a
+// directory', and nothing on stdout).
+func TestAnOutputDirectoryThatCannotBeWrittenIsRefusedBeforeTheRun(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"run", "--scenario", "transport", "--duration", "100ms"},
+		{"sweep", "--sizes", "100", "--channel-counts", "1", "--duration", "100ms"},
+		{"send", "--to", closedAddr(t)},
+		{"coordinate", "--agents", closedAddr(t) + "," + closedAddr(t), "--scenario", "transport", "--duration", "100ms"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(t.Context(), append(args, "--out", file), &stdout, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "--out "+file) {
+			t.Errorf("loadgen %v --out %s: error %v, want one naming --out", args, file, err)
+		}
+		if strings.Contains(stderr.String(), "messages") || stdout.Len() > 0 {
+			t.Errorf("loadgen %v --out %s ran before refusing it:\n%s%s", args, file, stderr.String(), stdout.String())
+		}
 	}
 }
