@@ -60,7 +60,8 @@ func main() {
 
 // errFailed means the run completed but its check failed (messages lost or
 // repeated, a configured fault that never happened, a recovery nothing
-// injected); the report says which.
+// injected) or was cut short by an interrupt (a transport run still reports
+// what it measured); the report says which.
 var errFailed = errors.New("the run's check failed")
 
 func exitCode(err error) int {

@@ -332,6 +332,9 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 		return nil, nil, sendErr
 	}
 	sendEnd := time.Since(start)
+	// Ended early by ctx (Ctrl-C, SIGTERM): the report still gives what was
+	// measured, and fails the run so that it does not pass for a complete one.
+	interrupted := ctx.Err() != nil
 	stopMarks()
 	report.Notes = append(report.Notes, mem.stop())
 	if lim != nil {
@@ -366,6 +369,9 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	chances := faultChances{dataFrames: int64(txt.DataFrames + rxt.DataFrames), ctrlFrames: int64(txt.CtrlFrames + rxt.CtrlFrames),
 		ran: time.Since(nodesStart)}
 	report.Failures = checkTransportFaults(faults, txs.Faults.Add(rxs.Faults), chances)
+	if interrupted {
+		report.Failures = append(report.Failures, fmt.Sprintf("interrupted after %.1f s of the %v asked for: what it measured is a shorter run's", sendEnd.Seconds(), cfg.duration))
+	}
 	if n := chancesNote(faults, chances); n != "" {
 		report.Notes = append(report.Notes, n)
 	}

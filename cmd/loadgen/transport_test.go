@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -401,5 +403,38 @@ func TestAnOutputDirectoryThatCannotBeWrittenIsRefusedBeforeTheRun(t *testing.T)
 		if strings.Contains(stderr.String(), "messages") || stdout.Len() > 0 {
 			t.Errorf("loadgen %v --out %s ran before refusing it:\n%s%s", args, file, stderr.String(), stdout.String())
 		}
+	}
+}
+
+// A transport run interrupted (Ctrl-C, SIGTERM: its context ends) while
+// sending still writes its report, but the report says the run was cut
+// short and the exit status is not success: it used to exit 0 with a
+// report like a complete run's, its configuration giving the duration
+// asked for and nothing saying it ran a fraction of it.
+func TestAnInterruptedTransportRunSaysSoAndFails(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	progress := &syncBuffer{}
+	go func() { // interrupt once the first second's progress line shows it is sending
+		for !strings.Contains(progress.String(), "t=1s") && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+	}()
+	var stdout bytes.Buffer
+	err := run(ctx, []string{"run", "--scenario", "transport", "--rate", "20000", "--duration", "1h", "--json", "--out", t.TempDir()}, &stdout, progress)
+	if !errors.Is(err, errFailed) || exitCode(err) == 0 {
+		t.Errorf("an interrupted run returned %v (exit status %d), want a failed run's", err, exitCode(err))
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var r bench.Report
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatalf("no report: %v\n%s", err, stdout.String())
+	}
+	if f := strings.Join(r.Failures, "; "); !strings.Contains(f, "interrupted") {
+		t.Errorf("the report's failures %q do not say the run was interrupted", f)
+	}
+	if md := stdout.String(); !strings.Contains(md, "The run FAILED: interrupted") {
+		t.Errorf("the summary does not say the run was interrupted:\n%s", md)
 	}
 }
