@@ -114,6 +114,9 @@ func statCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *interval <= 0 {
 		return errors.New("stat: --interval must be positive")
 	}
+	if *count < 0 {
+		return fmt.Errorf("stat: --count must not be negative (0: until interrupted), got %d", *count)
+	}
 	url := *node
 	if !strings.Contains(url, "://") {
 		url = "http://" + url

@@ -106,3 +106,12 @@ func TestStatRefusesAMetricsBodyOverItsLimit(t *testing.T) {
 		t.Errorf("b = %v (found %v), want 123456789", v, ok)
 	}
 }
+
+// stat refuses a negative --count: it was taken, and stat exited at once
+// with status 0 having shown nothing.
+func TestStatRefusesANegativeCount(t *testing.T) {
+	err := run(t.Context(), []string{"stat", "--node", closedAddr(t), "--count", "-1"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--count") {
+		t.Errorf("stat --count -1: %v, want an error naming --count", err)
+	}
+}
