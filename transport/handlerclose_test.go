@@ -94,21 +94,7 @@ func testAHandlerClosesItsNode(t *testing.T, be []Option, inline, abort bool) {
 		returned.Store(true)
 		result <- err
 	}
-	handle := rx.Handle
-	if inline {
-		handle = rx.HandleInline
-	}
-	if err := handle(target, h); err != nil {
-		t.Fatal(err)
-	}
-	p, err := tx.Peer(rx.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := p.OpenSender(context.Background(), taskid.ID{}, target)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := handleAndOpen(t, context.Background(), rx, tx, target, h, inline)
 	for k := range 50 {
 		if err := s.TrySend(int64(k), []byte("fatal")); err != nil {
 			t.Fatal(err)
@@ -229,21 +215,7 @@ func testAHandlerClosesAPeer(t *testing.T, be []Option, inline, connecting bool)
 		}
 		returned <- po.Close()
 	}
-	handle := rx.Handle
-	if inline {
-		handle = rx.HandleInline
-	}
-	if err := handle(target, h); err != nil {
-		t.Fatal(err)
-	}
-	p, err := tx.Peer(rx.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := p.OpenSender(ctx, taskid.ID{}, target)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := handleAndOpen(t, ctx, rx, tx, target, h, inline)
 	if err := s.TrySend(0, []byte("the peer is gone")); err != nil {
 		t.Fatal(err)
 	}
@@ -378,4 +350,26 @@ func testAnInlineHandlerGivenWhatWaitedMayCallTheNode(t *testing.T, be []Option,
 	abortWithin(t, tx, "the sending node")
 	abortWithin(t, out, "the node the handler dials")
 	noGoroutinesOver(t, baseline)
+}
+
+// handleAndOpen registers h as rx's handler of target (inline or on a
+// goroutine of its own) and returns a sender from tx to it.
+func handleAndOpen(t *testing.T, ctx context.Context, rx, tx *Node, target taskid.ID, h Handler, inline bool) *Sender {
+	t.Helper()
+	handle := rx.Handle
+	if inline {
+		handle = rx.HandleInline
+	}
+	if err := handle(target, h); err != nil {
+		t.Fatal(err)
+	}
+	p, err := tx.Peer(rx.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.OpenSender(ctx, taskid.ID{}, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
