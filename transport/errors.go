@@ -19,7 +19,7 @@ var (
 	// ErrTooLarge means a payload is larger than a channel takes
 	// ([Node.MaxPayload]: its window's bytes less [MaxMessageHead], or what
 	// a frame of [WithMaxFrame] holds if that is less).
-	ErrTooLarge = errors.New("transport: payload larger than the channel window")
+	ErrTooLarge = errors.New("transport: payload larger than a channel takes (its window, or a frame)")
 	// ErrRejected means the peer refused this node for good (another
 	// protocol version, failed authentication); the peer does not redial.
 	ErrRejected = errors.New("transport: rejected by peer")
