@@ -358,7 +358,7 @@ func (c *Coordinator) all(ctx context.Context, req Request) ([]Response, error) 
 			n++
 		case ev := <-events:
 			if !c.stale(ev, req.Gen) {
-				return nil, fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
+				return nil, ev.err()
 			}
 		}
 	}
@@ -576,7 +576,7 @@ func (c *Coordinator) cause(gen uint64, err error) error {
 		select {
 		case ev := <-c.events:
 			if !c.stale(ev, gen) {
-				return fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
+				return ev.err()
 			}
 		case <-t.C:
 			return err
@@ -817,7 +817,7 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 			if c.stale(ev, gen) {
 				continue
 			}
-			return nil, fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
+			return nil, ev.err()
 		case <-ticker.C:
 		}
 		rs, err := c.all(ctx, Request{Op: "clock", Gen: gen})

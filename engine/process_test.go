@@ -257,3 +257,49 @@ func TestARunEndsWhenItsWorkersReportMoreFailuresThanItReads(t *testing.T) {
 		t.Fatal("Run did not return after the first failure")
 	}
 }
+
+// TestARunEndsAtOnceWhenAWorkerReportsASourceLogLostAsAnEvent: a source
+// whose log refuses an Append because an fsync of it failed (in the
+// background, say) reports it as an event marked log_lost, not as the
+// answer to a call. The coordinator must end the run at once with
+// ErrSourceLogLost, without a recovery, even with NoRestarts: it used to
+// read the event as a plain task failure, so the run ended with
+// ErrRestartsExhausted, which errors.Is(err, ErrSourceLogLost) does not
+// match.
+func TestARunEndsAtOnceWhenAWorkerReportsASourceLogLostAsAnEvent(t *testing.T) {
+	job := &Job{Procs: []Proc{{Name: "src", Parallelism: 1,
+		NewSource: func(int) (Source, error) { return nil, errors.New("the fake worker runs no source") }}}}
+	launch := func(context.Context, int, string) (WorkerProcess, error) {
+		p := newPipeProcess()
+		p.serve(func(req Request) string {
+			switch req.Op {
+			case "run": // the answer, then the source's failure
+				return fmt.Sprintf(`{"id":%d}`+"\n"+`{"id":0,"event":{"gen":%d,"task":"0.0","err":"engine: a source log may have lost records: store: background fsync: input/output error","log_lost":true}}`, req.ID, req.Gen)
+			case "clock":
+				return fmt.Sprintf(`{"id":%d,"clock":{"gen":%d,"min":0}}`, req.ID, req.Gen)
+			}
+			return fmt.Sprintf(`{"id":%d}`, req.ID)
+		})
+		return p, nil
+	}
+	var recoveries atomic.Int32
+	c, err := NewCoordinator(job, Config{Dir: t.TempDir(), NoSync: true, Launch: launch,
+		Restart: RestartPolicy{MaxRestarts: NoRestarts},
+		OnEvent: func(kind, _ string) {
+			if kind == "recovery" {
+				recoveries.Add(1)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+	defer cancel()
+	_, err = c.Run(ctx)
+	if !errors.Is(err, ErrSourceLogLost) || !strings.Contains(err.Error(), "background fsync: input/output error") {
+		t.Fatalf("run ended with %v, want ErrSourceLogLost naming the worker's error", err)
+	}
+	if n := recoveries.Load(); n != 0 {
+		t.Errorf("%d recoveries, want none", n)
+	}
+}

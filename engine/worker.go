@@ -70,9 +70,11 @@ type Worker struct {
 
 	inc atomic.Pointer[incarnation]
 
-	// closeLog is (*store.Log).Close and syncLog (*store.Log).Sync; tests
-	// substitute them to make closing or syncing a source log fail.
+	// closeLog is (*store.Log).Close, syncLog (*store.Log).Sync and
+	// appendLog (*store.Log).Append; tests substitute them to make
+	// closing, syncing or appending to a source log fail.
 	closeLog, syncLog func(*store.Log) error
+	appendLog         func(*store.Log, []Record) error
 
 	mu         sync.Mutex // serializes control calls
 	registered map[taskid.ID]bool
@@ -96,6 +98,19 @@ type Event struct {
 	// has already replaced is recognised as old news.
 	Node int    `json:"node,omitempty"`
 	Life uint64 `json:"life,omitempty"`
+	// LogLost marks an Err that wraps ErrSourceLogLost, as
+	// Response.LogLost does: no recovery can help, and the coordinator
+	// ends the run. A worker that predates it leaves it out: false.
+	LogLost bool `json:"log_lost,omitempty"`
+}
+
+// err is the failure ev reports, wrapping ErrSourceLogLost when the
+// worker said so.
+func (ev Event) err() error {
+	if ev.LogLost {
+		return fmt.Errorf("task %s failed: %w: %s", ev.Task, ErrSourceLogLost, ev.Err)
+	}
+	return fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
 }
 
 // NewWorker starts the node's transport. The job must be the same in every
@@ -139,7 +154,7 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 	}
 	w := &Worker{job: job, cfg: cfg, node: node, ckpts: cs, lock: lock, log: lg, events: make(chan Event, 64),
 		registered: map[taskid.ID]bool{}, killAt: kp, closeLog: (*store.Log).Close,
-		syncLog: (*store.Log).Sync}
+		syncLog: (*store.Log).Sync, appendLog: (*store.Log).Append}
 	return w, nil
 }
 
@@ -482,7 +497,7 @@ func (w *Worker) dispatch(id taskid.ID) transport.Handler {
 func (inc *incarnation) failed(id taskid.ID, err error) {
 	inc.w.log.Warn("engine: task failed", "task", id.String(), "gen", inc.gen, "err", err)
 	select {
-	case inc.w.events <- Event{Gen: inc.gen, Task: id.String(), Err: err.Error()}:
+	case inc.w.events <- Event{Gen: inc.gen, Task: id.String(), Err: err.Error(), LogLost: errors.Is(err, ErrSourceLogLost)}:
 	default:
 	}
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -224,5 +225,68 @@ func TestASourceLogThatFailsToSyncAtACheckpointIsALostLog(t *testing.T) {
 	}
 	if err := start(2); !errors.Is(err, ErrSourceLogLost) || !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Start after the source log failed to sync returned %v; want ErrSourceLogLost wrapping EIO", err)
+	}
+}
+
+// oneRecordSource reads one record, then finds nothing more.
+type oneRecordSource struct{ read bool }
+
+func (*oneRecordSource) Start(int64) error { return nil }
+func (s *oneRecordSource) Read(dst []Record, _ int64) ([]Record, int64, error) {
+	if s.read {
+		return dst, 1, nil
+	}
+	s.read = true
+	return append(dst, Record{Ts: 0, Payload: []byte("r")}), 1, nil
+}
+
+// TestASourceWhoseLogAppendFailsAfterAFailedFsyncReportsALostLog: once an
+// fsync of a source log has failed (a background one that Append
+// started, or the one that seals a segment), the log refuses every later
+// Append with an error wrapping store.ErrSyncFailed, and every later Open
+// of its directory: no recovery can replay it. The source's failure must
+// wrap ErrSourceLogLost, name the source, and reach the coordinator as an
+// event marked log_lost, also as a worker process's JSON line. It used to
+// be a plain failure event, which the coordinator recovered from.
+func TestASourceWhoseLogAppendFailsAfterAFailedFsyncReportsALostLog(t *testing.T) {
+	job := &Job{
+		Procs: []Proc{
+			{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return &oneRecordSource{}, nil }},
+			{Name: "sink", Parallelism: 1, NewTask: func(int) (Task, error) { return dropTask{}, nil }},
+		},
+		Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
+	}
+	w, err := NewWorker(job, WorkerConfig{Dir: t.TempDir(), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.appendLog = func(*store.Log, []Record) error {
+		return fmt.Errorf("%w: store: background fsync: %w", store.ErrSyncFailed, syscall.EIO)
+	}
+	if err := w.Start(StartCmd{Gen: 1, Node: 0, Addrs: []string{w.Addr()}, Placement: []int{0, 0}, Target: 10, Horizon: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(1); err != nil {
+		t.Fatal(err)
+	}
+	ev := <-w.Events()
+	if !ev.LogLost || ev.Gen != 1 || ev.Task != "0.0" || !strings.Contains(ev.Err, ErrSourceLogLost.Error()) ||
+		!strings.Contains(ev.Err, `"src"`) || !strings.Contains(ev.Err, syscall.EIO.Error()) {
+		t.Fatalf("the source's failure is reported as %+v; want an event of task 0.0 in generation 1 marked log_lost, naming the source and EIO", ev)
+	}
+	if err := ev.err(); !errors.Is(err, ErrSourceLogLost) {
+		t.Fatalf("the coordinator reads the event as %v, want an error wrapping ErrSourceLogLost", err)
+	}
+	b, err := json.Marshal(Response{Event: &ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Response
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Event == nil || *r.Event != ev {
+		t.Fatalf("the event's line %s reads back as %+v, want %+v", b, r.Event, ev)
 	}
 }

@@ -52,7 +52,9 @@ var (
 	// failed verification.
 	ErrCorrupt = errors.New("store: corrupt segment")
 	// ErrSyncFailed is wrapped by the error of [Open] for a directory
-	// whose log once failed an fsync (see [SyncFailedFile]).
+	// whose log once failed an fsync (see [SyncFailedFile]), and by the
+	// error of every call of a Log after one of its fsyncs failed: its
+	// records may be lost, unlike after a failed write that was undone.
 	ErrSyncFailed = errors.New("store: an fsync of the log failed, so records it acknowledged may not be on disk")
 )
 

@@ -354,12 +354,12 @@ func (l *Log) syncAhead(f *os.File, done chan struct{}) {
 }
 
 // syncFailedLocked makes the failure of an fsync, err, sticky (every later
-// call returns the first error) and, the first time, durable: it writes
-// err to SyncFailedFile, which makes every later Open refuse the
-// directory. If even that fails, the error says so too.
+// call returns the first error, wrapping ErrSyncFailed) and, the first
+// time, durable: it writes err to SyncFailedFile, which makes every later
+// Open refuse the directory. If even that fails, the error says so too.
 func (l *Log) syncFailedLocked(err error) error {
 	if l.mu.err == nil {
-		l.mu.err = err
+		l.mu.err = fmt.Errorf("%w: %w", ErrSyncFailed, err)
 	}
 	if l.mu.syncFailed {
 		return l.mu.err

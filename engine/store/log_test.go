@@ -868,3 +868,46 @@ func TestALogThatNeverFailedAnFsyncOpensAgainAfterACrash(t *testing.T) {
 	defer again.Close()
 	sameRecords(t, "after the crash", replayAll(t, again, math.MinInt64), []Record{{Ts: 1, Payload: []byte("kept")}})
 }
+
+// TestEveryCallAfterAFailedFsyncSaysTheFsyncFailed: once an fsync of the
+// log has failed (a background one, or the one that seals a segment),
+// every later Append and Sync fails with an error wrapping ErrSyncFailed,
+// as Open of the directory does, so that the caller can tell a log that
+// may have lost records from a write that failed and was undone. The
+// errors used to wrap only the fsync's own error.
+func TestEveryCallAfterAFailedFsyncSaysTheFsyncFailed(t *testing.T) {
+	rec := []Record{{Ts: 1, Payload: make([]byte, 200)}}
+	for name, opts := range map[string]Options{
+		"a background fsync": {SyncAhead: 1},
+		"sealing a segment":  {SegmentBytes: 256, SyncAhead: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, err := Open(t.TempDir(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			var failed atomic.Bool
+			l.fsync = func(f *os.File) error {
+				if failed.CompareAndSwap(false, true) {
+					return syscall.EIO
+				}
+				return f.Sync()
+			}
+			if err := l.Append(rec); err != nil {
+				t.Fatal(err)
+			}
+			l.ahead.Wait()    // with SyncAhead, the first Append's background fsync failed
+			_ = l.Append(rec) // else this one's roll fails to fsync
+			if !failed.Load() {
+				t.Fatal("no fsync failed")
+			}
+			if err := l.Append(rec); !errors.Is(err, ErrSyncFailed) || !errors.Is(err, syscall.EIO) {
+				t.Fatalf("Append after the failed fsync returned %v; want ErrSyncFailed wrapping EIO", err)
+			}
+			if err := l.Sync(); !errors.Is(err, ErrSyncFailed) || !errors.Is(err, syscall.EIO) {
+				t.Fatalf("Sync after the failed fsync returned %v; want ErrSyncFailed wrapping EIO", err)
+			}
+		})
+	}
+}
