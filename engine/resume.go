@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice/engine/journal"
@@ -54,7 +55,14 @@ type Resumed struct {
 	Checkpoints, Generations int
 }
 
-// shape describes the job's DAG for the journal.
+// shape describes the job's DAG for the journal, which resumes only a
+// job of the same shape, so no two jobs have one: "name:kind*parallelism"
+// for each processor, then "from->to:partitioner" for each edge,
+// separated by ' '. A name ends at the first ':' or "->", so one holding
+// either, or starting with '"', is written quoted (strconv.Quote), which
+// reads back unambiguously; every other name is written as it is, as
+// before names were ever quoted, so that the journals of such jobs still
+// resume.
 func (j *Job) shape() string {
 	var b strings.Builder
 	for i, p := range j.Procs {
@@ -65,12 +73,20 @@ func (j *Job) shape() string {
 		if p.NewSource != nil {
 			kind = "source"
 		}
-		fmt.Fprintf(&b, "%s:%s*%d", p.Name, kind, p.Parallelism)
+		fmt.Fprintf(&b, "%s:%s*%d", shapeName(p.Name), kind, p.Parallelism)
 	}
 	for _, e := range j.Edges {
-		fmt.Fprintf(&b, " %s->%s:%v", e.From, e.To, e.Partitioner)
+		fmt.Fprintf(&b, " %s->%s:%v", shapeName(e.From), shapeName(e.To), e.Partitioner)
 	}
 	return b.String()
+}
+
+// shapeName is a processor's name as shape writes it.
+func shapeName(name string) string {
+	if strings.Contains(name, ":") || strings.Contains(name, "->") || strings.HasPrefix(name, `"`) {
+		return strconv.Quote(name)
+	}
+	return name
 }
 
 // openJournal opens (or creates) the journal in Config.Dir and checks that
