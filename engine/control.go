@@ -45,6 +45,10 @@ type Response struct {
 	// Common answers "common": the checkpoints, newest first, that every
 	// task the request names has and can load.
 	Common []int64 `json:"common,omitempty"`
+	// InvalidJob marks an Err that wraps ErrInvalidJob (a processor's
+	// constructor returned nil): no restart can help, and the coordinator
+	// ends the run. A worker that predates it leaves it out.
+	InvalidJob bool `json:"invalid_job,omitempty"`
 }
 
 // lacks names the field that r, a successful answer to a call of op, must
@@ -97,16 +101,19 @@ func (w *Worker) Do(req Request) Response {
 	}
 	r.Faults = w.TransportFaults()
 	if err != nil {
-		r.Err, r.LogLost = err.Error(), errors.Is(err, ErrSourceLogLost)
+		r.Err, r.LogLost, r.InvalidJob = err.Error(), errors.Is(err, ErrSourceLogLost), errors.Is(err, ErrInvalidJob)
 	}
 	return r
 }
 
-// err is the error of a failed call: r.Err, wrapping ErrSourceLogLost when
-// the worker said so.
+// err is the error of a failed call: r.Err, wrapping ErrSourceLogLost or
+// ErrInvalidJob when the worker said so.
 func (r *Response) err() error {
-	if r.LogLost {
+	switch {
+	case r.LogLost:
 		return fmt.Errorf("%w: %s", ErrSourceLogLost, r.Err)
+	case r.InvalidJob:
+		return fmt.Errorf("%w: %s", ErrInvalidJob, r.Err)
 	}
 	return errors.New(r.Err)
 }

@@ -528,7 +528,7 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if errors.Is(err, ErrSourceLogLost) {
+		if errors.Is(err, ErrSourceLogLost) || errors.Is(err, ErrInvalidJob) {
 			c.totals(res)
 			c.event("failure", err.Error())
 			_, _ = c.all(ctx, Request{Op: "stop"})

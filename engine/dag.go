@@ -57,7 +57,9 @@ type Finisher interface {
 
 // Proc is one processor of a job: a source or a task, with its
 // parallelism. Exactly one of NewSource and NewTask is set; each is called
-// once per task index, and again whenever the task restarts.
+// once per task index, and again whenever the task restarts. It returns a
+// source or task, or an error, which fails the task; one that returns
+// neither ends the run with an error wrapping [ErrInvalidJob].
 type Proc struct {
 	Name        string
 	Parallelism int
@@ -78,7 +80,9 @@ type Job struct {
 	Edges []Edge
 }
 
-// Errors about a job's shape.
+// ErrInvalidJob is wrapped by the errors about a job's shape, and by the
+// error of a run whose processor's constructor returned neither a source
+// or task nor an error.
 var ErrInvalidJob = errors.New("engine: invalid job")
 
 // MaxParallelism is the most tasks a processor may have. A job comes from

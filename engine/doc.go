@@ -83,7 +83,9 @@
 // from is left ([ErrCheckpointsLost]), or when a worker could not make a
 // source log durable, so that a replay could miss records
 // ([ErrSourceLogLost]; the log records the failure on disk, so a worker
-// that replaces one that died knows it too), the run ends with an error.
+// that replaces one that died knows it too), or when a processor's
+// constructor returned neither a task nor an error ([ErrInvalidJob]), the
+// run ends with an error.
 // Sinks produce their output from their final state at the end of input
 // ([Finisher]), so replay never writes anything twice. Link faults are not failures: the transport
 // re-sends lost messages and drops duplicates on its own.

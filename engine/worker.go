@@ -360,6 +360,9 @@ func (w *Worker) Start(cmd StartCmd) error {
 			if err != nil {
 				return failTask(fmt.Errorf("engine: source %v: %w", id, err))
 			}
+			if src == nil {
+				return failTask(errNilProcessor(proc.Name, "NewSource", id, "source"))
+			}
 			sr := &sourceRun{inc: inc, id: id, src: src, restore: restoreTs}
 			sr.pendingDelete.Store(math.MinInt64)
 			low := int64(0)
@@ -450,6 +453,9 @@ func (w *Worker) newTaskRun(inc *incarnation, id taskid.ID, proc Proc, cmd Start
 	if err != nil {
 		return nil, fmt.Errorf("engine: task %v: %w", id, err)
 	}
+	if task == nil {
+		return nil, errNilProcessor(proc.Name, "NewTask", id, "task")
+	}
 	t := &taskRun{inc: inc, id: id, task: task, restore: restoreTs, target: cmd.Target, persisted: restoreTs}
 	st, ok := task.(Stateful)
 	if !ok {
@@ -472,12 +478,24 @@ func (w *Worker) newTaskRun(inc *incarnation, id taskid.ID, proc Proc, cmd Start
 	if err != nil {
 		return nil, err
 	}
+	if cp == nil {
+		return nil, errNilProcessor(proc.Name, "NewTask", id, "task")
+	}
 	cst, ok := cp.(Stateful)
 	if !ok {
 		return nil, fmt.Errorf("engine: task %v: a second instance is not Stateful", id)
 	}
 	t.ckpt, t.ckptState = cp, cst // copied when a message reaches cmd.Target
 	return t, nil
+}
+
+// errNilProcessor is the error of a constructor, ctor of processor name,
+// that returned neither a source or task (what) nor an error for task id:
+// a defect of the job that no restart mends, so it wraps ErrInvalidJob,
+// which ends the run at once.
+func errNilProcessor(name, ctor string, id taskid.ID, what string) error {
+	return fmt.Errorf("%w: processor %q: %s(%d) returned a nil %s and no error (task %v)",
+		ErrInvalidJob, name, ctor, id.Index, what, id)
 }
 
 // dispatch is the transport handler of task id: it hands runs of the
