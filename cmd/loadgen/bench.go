@@ -111,6 +111,11 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case c.peers < 1 || c.peers > maxCount:
 		return fmt.Errorf("--peers must be 1 to %d, got %d", maxCount, c.peers)
 	}
+	// Before the first case, as run and sweep do: a scorecard that cannot
+	// be written is otherwise found after minutes of measuring.
+	if err := (&outputFlags{out: c.out}).check(); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
 	if c.repeat == 1 {
 		sc, err := benchOnce(ctx, c, topos, *cases, c.out, stdout, stderr)
 		if err != nil {

@@ -735,3 +735,26 @@ func compactJSON(t *testing.T, b []byte) []byte {
 	}
 	return out.Bytes()
 }
+
+// An --out that cannot take bench.json is refused with the other flags,
+// before any case runs: it was found only when the scorecard was written,
+// after every case (minutes of measurement), with 'mkdir X: not a
+// directory'. The context is cancelled and the run as small as bench
+// allows, so that code which does not check --out first measures nearly
+// nothing before the test sees it.
+func TestBenchRefusesAnOutThatCannotBeWrittenBeforeMeasuring(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"bench", "--topology", "one", "--cases", "pingpong", "--duration", "1ms", "--out", file}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "--out "+file) {
+		t.Errorf("loadgen bench --out %s: error %v, want one naming --out", file, err)
+	}
+	if strings.Contains(stderr.String(), "cases of") || stdout.Len() > 0 {
+		t.Errorf("loadgen bench --out %s began measuring before refusing it:\n%s%s", file, stderr.String(), stdout.String())
+	}
+}
