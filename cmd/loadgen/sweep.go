@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,8 +22,8 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("sweep", "Runs the transport scenario for every combination of --sizes and --channel-counts\n"+
 		"and writes sweep.json, sweep.md and sweep.svg (throughput against message size,\n"+
 		"one line per channel count), with each run's report beside them.", stderr)
-	sizes := fs.String("sizes", "16,100,1024", "message sizes in bytes, comma-separated (each at least 16)")
-	counts := fs.String("channel-counts", "1,100,10000", "channel counts, comma-separated")
+	sizes := fs.String("sizes", "16,100,1024", "message sizes in bytes, comma-separated, each at least 16 and given once")
+	counts := fs.String("channel-counts", "1,100,10000", "channel counts, comma-separated, each given once")
 	var out outputFlags
 	out.register(fs)
 	var tc transportConfig
@@ -149,6 +150,12 @@ func intList(flag, s string) ([]int, error) {
 		n, err := strconv.Atoi(f)
 		if err != nil || n < 1 {
 			return nil, fmt.Errorf("%s: %q is not a positive whole number", flag, f)
+		}
+		// Each combination has one directory and one point on the
+		// chart: a value given twice would run it twice, the second
+		// report over the first.
+		if slices.Contains(out, n) {
+			return nil, fmt.Errorf("%s: %d is given twice", flag, n)
 		}
 		out = append(out, n)
 	}

@@ -71,3 +71,29 @@ func TestSweepRefusesAValueOutOfRangeBeforeRunning(t *testing.T) {
 		}
 	}
 }
+
+// A size or channel count given twice is refused before the first run,
+// naming the flag and the value: the sweep ran that combination twice into
+// the same directory, the second run's report overwriting the first's, and
+// charted both. A repeated value is most likely a slip (100,100 for
+// 100,1000); dropping it quietly would hide that.
+func TestSweepRefusesAValueGivenTwice(t *testing.T) {
+	for _, c := range []struct {
+		sizes, counts, want string
+	}{
+		{"100,100", "1", "--sizes: 100 is given twice"},
+		{"16,100,0100", "1", "--sizes: 100 is given twice"},
+		{"100", "1,3,1", "--channel-counts: 1 is given twice"},
+	} {
+		dir := t.TempDir()
+		var stderr bytes.Buffer
+		err := sweepCmd(t.Context(), []string{"--sizes", c.sizes, "--channel-counts", c.counts,
+			"--duration", "100ms", "--out", dir}, &bytes.Buffer{}, &stderr)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("sweep --sizes %s --channel-counts %s: error %v, want one saying %q", c.sizes, c.counts, err, c.want)
+		}
+		if runs, _ := os.ReadDir(dir); len(runs) > 0 || strings.Contains(stderr.String(), "loadgen sweep:") {
+			t.Errorf("sweep --sizes %s --channel-counts %s ran %d combination(s) before refusing:\n%s", c.sizes, c.counts, len(runs), stderr.String())
+		}
+	}
+}
