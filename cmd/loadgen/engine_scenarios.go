@@ -195,7 +195,24 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	stop()
 	elapsed := time.Since(start)
 	(*prog).Stop()
+	if err != nil && ctx.Err() != nil {
+		err = engineInterrupted(spec.Kind, elapsed, ec.dir)
+	}
 	return res, elapsed, err
+}
+
+// engineInterrupted is the error of an engine run whose context ended
+// (Ctrl-C, SIGTERM) before its job completed. Unlike the transport
+// scenario's, such a run cannot report what it measured: the engine gives
+// the sinks' results, which the exactly-once check needs, only for a
+// completed job. What it can say is how to resume the job.
+func engineInterrupted(kind string, elapsed time.Duration, dir string) error {
+	resume := "its data was in a temporary directory, now removed (give --data-dir to keep an interrupted job and resume it)"
+	if dir != "" {
+		resume = fmt.Sprintf("run it again with --data-dir %s to resume the job from its last completed checkpoint", dir)
+	}
+	return fmt.Errorf("%s %w after %.1f s, before its job completed: the engine reports only a completed job, so there is no report; %s",
+		kind, errInterrupted, elapsed.Seconds(), resume)
 }
 
 // jobConfig is what the coordinator's journal records of a loadgen job:

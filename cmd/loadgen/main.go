@@ -64,11 +64,16 @@ func main() {
 // what it measured); the report says which.
 var errFailed = errors.New("the run's check failed")
 
+// errInterrupted means the run was cut short by an interrupt (its context
+// ended) and could not report what it measured (an engine scenario); the
+// error says what became of the job. Its exit status is a failed run's.
+var errInterrupted = errors.New("interrupted")
+
 func exitCode(err error) int {
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
-	case errors.Is(err, errFailed):
+	case errors.Is(err, errFailed), errors.Is(err, errInterrupted):
 		return 1
 	}
 	return 2

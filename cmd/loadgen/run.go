@@ -204,7 +204,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		"A flag of another scenario is refused, not ignored: --size and --duration are for transport and\n"+
 		"pipeline, --input and --output for wordcount, the flags marked \"engine scenarios\" for pipeline\n"+
 		"and wordcount, and --rate, --channels, --connections, --consume-rate, --producers and --delivery\n"+
-		"for transport.", stderr)
+		"for transport.\n"+
+		"Interrupted (Ctrl-C, SIGTERM), a transport run reports what it measured; an engine run cannot (the engine\n"+
+		"reports only a completed job) and says how to resume it with --data-dir. Either exits with status 1.", stderr)
 	scenario := fs.String("scenario", "pipeline", "scenario to run: pipeline, transport or wordcount")
 	var sec nodeFlags
 	sec.register(fs)
