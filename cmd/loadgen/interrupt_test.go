@@ -3,17 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/bench"
 )
 
-// cancelOnProgress cancels ctx once progress shows the run's first
-// second: the run is under way.
-func cancelOnProgress(ctx context.Context, cancel context.CancelFunc, progress *syncBuffer) {
-	for !strings.Contains(progress.String(), "t=1s") && ctx.Err() == nil {
+// cancelOnProgress cancels ctx once progress shows the run's second at
+// (a progress line "t=1s", say): the run is under way.
+func cancelOnProgress(ctx context.Context, cancel context.CancelFunc, progress *syncBuffer, at string) {
+	for !strings.Contains(progress.String(), at) && ctx.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
 	cancel()
@@ -48,7 +52,7 @@ func TestAnInterruptedEngineRunSaysSoAndFails(t *testing.T) {
 			defer cancel()
 			progress := &syncBuffer{}
 			if c.during {
-				go cancelOnProgress(ctx, cancel, progress)
+				go cancelOnProgress(ctx, cancel, progress, "t=1s")
 			} else {
 				cancel()
 			}
@@ -62,5 +66,63 @@ func TestAnInterruptedEngineRunSaysSoAndFails(t *testing.T) {
 				t.Errorf("error %q does not say the run was interrupted, that there is no report, and %q (or names context canceled)", msg, c.want)
 			}
 		})
+	}
+}
+
+// The first interrupt ends the run's context, the second its abortOf, and
+// lets go of the signals so that a third gets Go's default (the process
+// dies): main's signal.NotifyContext caught every interrupt after the
+// first and did nothing with them.
+func TestInterruptsEndTheRunThenItsWaits(t *testing.T) {
+	sigs := make(chan os.Signal, 2)
+	released := make(chan struct{}, 3)
+	ctx, stop := notifyInterrupts(t.Context(), sigs, func() { released <- struct{}{} })
+	defer stop()
+	abort := abortOf(ctx)
+	sigs <- os.Interrupt
+	<-ctx.Done()
+	if abort.Err() != nil || len(released) > 0 {
+		t.Fatalf("the first interrupt ended the waits too (abort %v, released %d)", abort.Err(), len(released))
+	}
+	sigs <- os.Interrupt
+	<-abort.Done()
+	<-released
+}
+
+// A second interrupt ends the transport scenario's wait for its receiver
+// to acknowledge what was sent at once (a drain that cannot end here: a
+// partition holds every frame from 1 s after the nodes started, so what
+// was sent in the 2 s before the first interrupt stays unacknowledged), and the report says what was not confirmed:
+// the drain waited for its own 2 minutes whatever the user did.
+func TestASecondInterruptEndsTheTransportDrain(t *testing.T) {
+	abort, interruptAgain := context.WithCancel(t.Context())
+	defer interruptAgain()
+	ctx, cancel := context.WithCancel(withAbort(t.Context(), abort))
+	defer cancel()
+	progress := &syncBuffer{}
+	go func() {
+		cancelOnProgress(ctx, cancel, progress, "t=3s")
+		for !strings.Contains(progress.String(), "interrupt again") && abort.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		interruptAgain()
+	}()
+	var stdout bytes.Buffer
+	err := run(ctx, []string{"run", "--scenario", "transport", "--rate", "1000", "--duration", "1h", "--faults", "partition=1h@1s",
+		"--json", "--out", t.TempDir()}, &stdout, progress)
+	if !errors.Is(err, errFailed) {
+		t.Errorf("the run returned %v, want a failed run's", err)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var r bench.Report
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatalf("no report: %v\n%s", err, stdout.String())
+	}
+	f := strings.Join(r.Failures, "; ")
+	if !strings.Contains(f, "a second interrupt ended the wait for acknowledgements") || !strings.Contains(f, "had not reached the receiver") {
+		t.Errorf("the report's failures %q do not say the second interrupt cut the drain short and what it did not confirm", f)
+	}
+	if r.ExactlyOnce != nil {
+		t.Errorf("the report says exactly-once %v of messages it did not wait for (lost %d)", *r.ExactlyOnce, r.Lost)
 	}
 }

@@ -48,7 +48,11 @@ With --json the last line on stdout is the report as one JSON object.
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first interrupt ends the run, the second the waits for its
+	// report (interrupt.go), the third the process.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := notifyInterrupts(context.Background(), sigs, func() { signal.Stop(sigs) })
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {

@@ -205,8 +205,9 @@ func runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		"pipeline, --input and --output for wordcount, the flags marked \"engine scenarios\" for pipeline\n"+
 		"and wordcount, and --rate, --channels, --connections, --consume-rate, --producers and --delivery\n"+
 		"for transport.\n"+
-		"Interrupted (Ctrl-C, SIGTERM), a transport run reports what it measured; an engine run cannot (the engine\n"+
-		"reports only a completed job) and says how to resume it with --data-dir. Either exits with status 1.", stderr)
+		"Interrupted (Ctrl-C, SIGTERM), a transport run reports what it measured, after waiting for the receiver to\n"+
+		"acknowledge what was sent unless interrupted again; an engine run cannot (the engine reports only a\n"+
+		"completed job) and says how to resume it with --data-dir. Either exits with status 1.", stderr)
 	scenario := fs.String("scenario", "pipeline", "scenario to run: pipeline, transport or wordcount")
 	var sec nodeFlags
 	sec.register(fs)

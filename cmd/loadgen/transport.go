@@ -341,8 +341,14 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 		lim.Lift()
 		report.Notes = append(report.Notes, fmt.Sprintf("consumption was limited to %.0f msgs/s while sending (%.1f s), then ran free to drain the backlog", cfg.consumeRate, sendEnd.Seconds()))
 	}
-	// Wait until the receiver has consumed and acknowledged everything.
-	drainCtx, cancel := context.WithTimeout(context.Background(), drainTimeout(cfg))
+	// Wait until the receiver has consumed and acknowledged everything:
+	// also after an interrupt, which ended ctx, until a second one ends
+	// abortOf(ctx).
+	if interrupted {
+		fmt.Fprintln(stderr, "loadgen: interrupted; waiting for the receiver to acknowledge what was sent (interrupt again to stop waiting)")
+	}
+	drainStart := time.Now()
+	drainCtx, cancel := context.WithTimeout(abortOf(ctx), drainTimeout(cfg))
 	var drainErr error
 	for _, s := range senders {
 		if err := s.Flush(drainCtx); err != nil {
@@ -351,6 +357,10 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 		}
 	}
 	cancel()
+	drained := time.Since(drainStart)
+	// Cut short by the user, not by the timeout: what had not arrived was
+	// not waited for, so it is not known to be lost.
+	aborted := drainErr != nil && abortOf(ctx).Err() != nil
 	elapsed := time.Since(start)
 	prog.Stop()
 
@@ -370,7 +380,12 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 		ran: time.Since(nodesStart)}
 	report.Failures = checkTransportFaults(faults, txs.Faults.Add(rxs.Faults), chances)
 	if interrupted {
-		report.Failures = append(report.Failures, fmt.Sprintf("interrupted after %.1f s of the %v asked for: what it measured is a shorter run's", sendEnd.Seconds(), cfg.duration))
+		f := fmt.Sprintf("interrupted after %.1f s of the %v asked for: what it measured is a shorter run's", sendEnd.Seconds(), cfg.duration)
+		if aborted {
+			f += fmt.Sprintf("; a second interrupt ended the wait for acknowledgements after %.1f s, when %d of the %d messages sent had not reached the receiver (counted neither as delivered nor as lost)",
+				drained.Seconds(), sent-report.MessagesDelivered, sent)
+		}
+		report.Failures = append(report.Failures, f)
 	}
 	if n := chancesNote(faults, chances); n != "" {
 		report.Notes = append(report.Notes, n)
@@ -381,7 +396,14 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	report.ThroughputBytesPerS = float64(chk.bytes.Load()) / elapsed.Seconds()
 	ok := report.Duplicates == 0 && report.Lost == 0 && report.MessagesDelivered == sent
 	report.ExactlyOnce = &ok
-	if drainErr != nil {
+	if aborted {
+		// Only what the receiver saw can be judged: a gap or a duplicate
+		// still fails exactly-once; otherwise it was not checked.
+		report.Lost = chk.gaps.Load()
+		if report.Duplicates == 0 && report.Lost == 0 {
+			report.ExactlyOnce = nil
+		}
+	} else if drainErr != nil {
 		report.Notes = append(report.Notes, fmt.Sprintf("not every message was acknowledged within %v: %v", drainTimeout(cfg), drainErr))
 	}
 	if rec.Clamped() > 0 {
