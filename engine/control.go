@@ -106,14 +106,24 @@ func (w *Worker) Do(req Request) Response {
 	return r
 }
 
-// err is the error of a failed call: r.Err, wrapping ErrSourceLogLost or
-// ErrInvalidJob when the worker said so.
+// err is the error of a failed call: r.Err, matching ErrSourceLogLost or
+// ErrInvalidJob (errors.Is) when the worker said so.
 func (r *Response) err() error {
 	switch {
 	case r.LogLost:
-		return fmt.Errorf("%w: %s", ErrSourceLogLost, r.Err)
+		return workerError{r.Err, ErrSourceLogLost}
 	case r.InvalidJob:
-		return fmt.Errorf("%w: %s", ErrInvalidJob, r.Err)
+		return workerError{r.Err, ErrInvalidJob}
 	}
 	return errors.New(r.Err)
 }
+
+// workerError is an error a worker reported as text, which already says
+// what its sentinel says: it matches the sentinel without repeating it.
+type workerError struct {
+	text string
+	is   error
+}
+
+func (e workerError) Error() string { return e.text }
+func (e workerError) Unwrap() error { return e.is }

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -47,6 +49,31 @@ func TestAnInProcessWorkersEventsDoNotOutliveItsHandle(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the handle is closed, but its event forwarder still runs:\n%s", stacks)
+		}
+	}
+}
+
+// A failure a worker reports as text (a control call's Response, a
+// task's Event) matches the sentinel the worker marked it with, and says
+// what the worker said once, not the sentinel's text twice.
+func TestAWorkersMarkedFailureMatchesItsSentinelAndReadsOnce(t *testing.T) {
+	lost := fmt.Errorf("%w: source \"src\" task 0.0: syncing failed", ErrSourceLogLost)
+	invalid := fmt.Errorf("%w: processor \"sink\": NewTask(0) returned a nil task and no error", ErrInvalidJob)
+	for _, c := range []struct {
+		name string
+		got  error
+		is   error
+		want string
+	}{
+		{"a Response of a lost log", (&Response{Err: lost.Error(), LogLost: true}).err(), ErrSourceLogLost, lost.Error()},
+		{"a Response of an invalid job", (&Response{Err: invalid.Error(), InvalidJob: true}).err(), ErrInvalidJob, invalid.Error()},
+		{"an Event of a lost log", Event{Task: "0.0", Err: lost.Error(), LogLost: true}.err(), ErrSourceLogLost, "task 0.0 failed: " + lost.Error()},
+	} {
+		if !errors.Is(c.got, c.is) {
+			t.Errorf("%s: %v does not match %v", c.name, c.got, c.is)
+		}
+		if c.got.Error() != c.want {
+			t.Errorf("%s reads %q, want %q", c.name, c.got, c.want)
 		}
 	}
 }

@@ -108,7 +108,7 @@ type Event struct {
 // worker said so.
 func (ev Event) err() error {
 	if ev.LogLost {
-		return fmt.Errorf("task %s failed: %w: %s", ev.Task, ErrSourceLogLost, ev.Err)
+		return fmt.Errorf("task %s failed: %w", ev.Task, workerError{ev.Err, ErrSourceLogLost})
 	}
 	return fmt.Errorf("task %s failed: %s", ev.Task, ev.Err)
 }
