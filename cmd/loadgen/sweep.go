@@ -21,7 +21,8 @@ import (
 func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("sweep", "Runs the transport scenario for every combination of --sizes and --channel-counts\n"+
 		"and writes sweep.json, sweep.md and sweep.svg (throughput against message size,\n"+
-		"one line per channel count), with each run's report beside them.", stderr)
+		"one line per channel count), with each run's report beside them. Interrupted (Ctrl-C),\n"+
+		"it summarizes the runs made, the last cut short, and fails (exit status 1).", stderr)
 	sizes := fs.String("sizes", "16,100,1024", "message sizes in bytes, comma-separated, each at least 16 and given once")
 	counts := fs.String("channel-counts", "1,100,10000", "channel counts, comma-separated, each given once")
 	var out outputFlags
@@ -86,9 +87,11 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("sweep: %w", err)
 	}
 	sw := bench.NewSweepReport("transport")
-	// unfulfilled says, for each run, what its report's Failures say (a
-	// configured fault that never happened): the run counts as failed.
-	var unfulfilled []string
+	// failures says, for each run, what its report's Failures say (a
+	// configured fault that never happened, an interrupt): the run counts
+	// as failed.
+	var failures []string
+combinations:
 	for _, c := range ch {
 		for _, s := range sz {
 			run := tc
@@ -104,10 +107,10 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 			sw.Reports = append(sw.Reports, r)
 			if len(r.Failures) > 0 {
-				unfulfilled = append(unfulfilled, fmt.Sprintf("%d bytes, %d channels: %s", s, c, strings.Join(r.Failures, "; ")))
+				failures = append(failures, fmt.Sprintf("%d bytes, %d channels: %s", s, c, strings.Join(r.Failures, "; ")))
 			}
-			if ctx.Err() != nil {
-				return ctx.Err()
+			if ctx.Err() != nil { // interrupted: the runs so far are summarized
+				break combinations
 			}
 		}
 	}
@@ -132,11 +135,15 @@ func sweepCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		fmt.Fprintln(stdout, string(b))
 	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("sweep: %w after %d of %d runs, the last cut short; the summary of those and each one's report are in %s",
+			errInterrupted, len(sw.Reports), len(ch)*len(sz), out.out)
+	}
 	if failed > 0 {
 		return fmt.Errorf("%w: %d of %d runs did not deliver every message exactly once", errFailed, failed, len(sw.Reports))
 	}
-	if len(unfulfilled) > 0 {
-		return fmt.Errorf("%w: %s", errFailed, strings.Join(unfulfilled, "; "))
+	if len(failures) > 0 {
+		return fmt.Errorf("%w: %s", errFailed, strings.Join(failures, "; "))
 	}
 	return nil
 }

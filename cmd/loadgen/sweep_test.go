@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSweepRunsEveryCombinationAndChartsIt(t *testing.T) {
@@ -95,5 +97,37 @@ func TestSweepRefusesAValueGivenTwice(t *testing.T) {
 		if runs, _ := os.ReadDir(dir); len(runs) > 0 || strings.Contains(stderr.String(), "loadgen sweep:") {
 			t.Errorf("sweep --sizes %s --channel-counts %s ran %d combination(s) before refusing:\n%s", c.sizes, c.counts, len(runs), stderr.String())
 		}
+	}
+}
+
+// An interrupted sweep summarizes the runs it made, the last cut short,
+// and fails saying it was interrupted, instead of ending with a bare
+// "context canceled" and no summary.
+func TestAnInterruptedSweepSummarizesItsRunsAndFails(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	progress := &syncBuffer{}
+	go func() { // interrupt once the second run shows it is sending (each prints t=1s once)
+		for strings.Count(progress.String(), "t=1s") < 2 && ctx.Err() == nil {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+	}()
+	dir := t.TempDir()
+	var stdout bytes.Buffer
+	err := sweepCmd(ctx, []string{"--sizes", "16,64,100", "--channel-counts", "1", "--rate", "20000", "--duration", "3s", "--out", dir}, &stdout, progress)
+	if !errors.Is(err, errInterrupted) || exitCode(err) != 1 {
+		t.Fatalf("an interrupted sweep returned %v (exit status %d), want errInterrupted (1)", err, exitCode(err))
+	}
+	if want := "after 2 of 3 runs"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q does not say %q", err, want)
+	}
+	for _, f := range []string{"sweep.json", "sweep.md", "size16-ch1/report.json", "size64-ch1/report.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("no %s: %v", f, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "size100-ch1")); err == nil {
+		t.Error("the run after the interrupt was made")
 	}
 }
