@@ -16,13 +16,7 @@ import (
 // hundreds of tasks reported theirs). It used to wait for ever: one
 // goroutine, and the closed worker it holds, leaked per run.
 func TestAnInProcessWorkersEventsDoNotOutliveItsHandle(t *testing.T) {
-	job := &Job{
-		Procs: []Proc{
-			{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return quietSource{}, nil }},
-			{Name: "sink", Parallelism: 1, NewTask: func(int) (Task, error) { return dropTask{}, nil }},
-		},
-		Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
-	}
+	job := srcSinkJob(func(int) (Source, error) { return quietSource{}, nil })
 	const forwarder = "engine.(*localHandle).restart.func"
 	running := func() (int, string) {
 		buf := make([]byte, 1<<20)

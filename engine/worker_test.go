@@ -27,19 +27,25 @@ type dropTask struct{}
 
 func (dropTask) Process([]Message, *Emitter) error { return nil }
 
+// srcSinkJob is the job of one source, made by newSource, whose records go
+// round robin to one sink that drops them.
+func srcSinkJob(newSource func(int) (Source, error)) *Job {
+	return &Job{
+		Procs: []Proc{
+			{Name: "src", Parallelism: 1, NewSource: newSource},
+			{Name: "sink", Parallelism: 1, NewTask: func(int) (Task, error) { return dropTask{}, nil }},
+		},
+		Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
+	}
+}
+
 // TestASourceLogThatFailsToCloseKeepsTheWorkerFromStartingAgain: closing
 // a source log at the end of a generation fsyncs it; when that fails, its
 // records may not be on disk, although the next generation would replay
 // them from the page cache and a checkpoint would commit over them. The
 // next Start, and every one after it, must fail with the error.
 func TestASourceLogThatFailsToCloseKeepsTheWorkerFromStartingAgain(t *testing.T) {
-	job := &Job{
-		Procs: []Proc{
-			{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return quietSource{}, nil }},
-			{Name: "sink", Parallelism: 1, NewTask: func(int) (Task, error) { return dropTask{}, nil }},
-		},
-		Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
-	}
+	job := srcSinkJob(func(int) (Source, error) { return quietSource{}, nil })
 	w, err := NewWorker(job, WorkerConfig{Dir: t.TempDir(), NoSync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -147,13 +153,7 @@ func TestAStartThatFailsLeavesNoChannelOpen(t *testing.T) {
 // instead of replaying a log that may miss records. It used to open the
 // log and go on.
 func TestAWorkerRefusesToStartOnALogThatFailedAnFsyncInAnEarlierProcess(t *testing.T) {
-	job := &Job{
-		Procs: []Proc{
-			{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return quietSource{}, nil }},
-			{Name: "sink", Parallelism: 1, NewTask: func(int) (Task, error) { return dropTask{}, nil }},
-		},
-		Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
-	}
+	job := srcSinkJob(func(int) (Source, error) { return quietSource{}, nil })
 	dir := t.TempDir()
 	w, err := NewWorker(job, WorkerConfig{Dir: dir, NoSync: true})
 	if err != nil {
@@ -197,13 +197,7 @@ func TestAWorkerRefusesToStartOnALogThatFailedAnFsyncInAnEarlierProcess(t *testi
 // task failure and recovered, and with a restart policy that was used up,
 // or NoRestarts, the run ended with ErrRestartsExhausted instead.
 func TestASourceLogThatFailsToSyncAtACheckpointIsALostLog(t *testing.T) {
-	job := &Job{
-		Procs: []Proc{
-			{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return quietSource{}, nil }},
-			{Name: "sink", Parallelism: 1, NewTask: func(int) (Task, error) { return dropTask{}, nil }},
-		},
-		Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
-	}
+	job := srcSinkJob(func(int) (Source, error) { return quietSource{}, nil })
 	w, err := NewWorker(job, WorkerConfig{Dir: t.TempDir(), NoSync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -249,13 +243,7 @@ func (s *oneRecordSource) Read(dst []Record, _ int64) ([]Record, int64, error) {
 // event marked log_lost, also as a worker process's JSON line. It used to
 // be a plain failure event, which the coordinator recovered from.
 func TestASourceWhoseLogAppendFailsAfterAFailedFsyncReportsALostLog(t *testing.T) {
-	job := &Job{
-		Procs: []Proc{
-			{Name: "src", Parallelism: 1, NewSource: func(int) (Source, error) { return &oneRecordSource{}, nil }},
-			{Name: "sink", Parallelism: 1, NewTask: func(int) (Task, error) { return dropTask{}, nil }},
-		},
-		Edges: []Edge{{From: "src", To: "sink", Partitioner: RoundRobin}},
-	}
+	job := srcSinkJob(func(int) (Source, error) { return &oneRecordSource{}, nil })
 	w, err := NewWorker(job, WorkerConfig{Dir: t.TempDir(), NoSync: true})
 	if err != nil {
 		t.Fatal(err)
