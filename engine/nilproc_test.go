@@ -1,10 +1,8 @@
 package engine
 
 import (
-	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -43,24 +41,11 @@ func TestAProcessorWhoseConstructorReturnsNilEndsTheRunSayingSo(t *testing.T) {
 		}, `processor "sink": NewTask(1) returned a nil task`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var recoveries atomic.Int32
-			co, err := NewCoordinator(c.job, Config{Dir: t.TempDir(), NoSync: true,
-				Restart: RestartPolicy{MaxRestarts: 3, MinBackoff: time.Millisecond},
-				OnEvent: func(kind, _ string) {
-					if kind == "recovery" {
-						recoveries.Add(1)
-					}
-				}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // a hang guard
-			defer cancel()
-			_, err = co.Run(ctx)
+			n, err := runCountingRecoveries(t, c.job, Config{Restart: RestartPolicy{MaxRestarts: 3, MinBackoff: time.Millisecond}})
 			if !errors.Is(err, ErrInvalidJob) || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("run ended with %v; want ErrInvalidJob saying %s", err, c.want)
 			}
-			if n := recoveries.Load(); n != 0 {
+			if n != 0 {
 				t.Errorf("%d recoveries, want none", n)
 			}
 

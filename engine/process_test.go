@@ -187,24 +187,11 @@ func TestARunEndsAtOnceWhenASourceLogIsLost(t *testing.T) {
 		})
 		return p, nil
 	}
-	var recoveries atomic.Int32
-	c, err := NewCoordinator(job, Config{Dir: t.TempDir(), NoSync: true, Launch: launch,
-		Restart: RestartPolicy{MaxRestarts: 100, MinBackoff: time.Millisecond},
-		OnEvent: func(kind, _ string) {
-			if kind == "recovery" {
-				recoveries.Add(1)
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
-	defer cancel()
-	_, err = c.Run(ctx)
+	n, err := runCountingRecoveries(t, job, Config{Launch: launch, Restart: RestartPolicy{MaxRestarts: 100, MinBackoff: time.Millisecond}})
 	if !errors.Is(err, ErrSourceLogLost) || !strings.Contains(err.Error(), "input/output error") {
 		t.Fatalf("run ended with %v, want ErrSourceLogLost naming the worker's error", err)
 	}
-	if n := recoveries.Load(); n != 0 {
+	if n != 0 {
 		t.Errorf("%d recoveries, want none", n)
 	}
 }
@@ -282,24 +269,33 @@ func TestARunEndsAtOnceWhenAWorkerReportsASourceLogLostAsAnEvent(t *testing.T) {
 		})
 		return p, nil
 	}
-	var recoveries atomic.Int32
-	c, err := NewCoordinator(job, Config{Dir: t.TempDir(), NoSync: true, Launch: launch,
-		Restart: RestartPolicy{MaxRestarts: NoRestarts},
-		OnEvent: func(kind, _ string) {
-			if kind == "recovery" {
-				recoveries.Add(1)
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
-	defer cancel()
-	_, err = c.Run(ctx)
+	n, err := runCountingRecoveries(t, job, Config{Launch: launch, Restart: RestartPolicy{MaxRestarts: NoRestarts}})
 	if !errors.Is(err, ErrSourceLogLost) || !strings.Contains(err.Error(), "background fsync: input/output error") {
 		t.Fatalf("run ended with %v, want ErrSourceLogLost naming the worker's error", err)
 	}
-	if n := recoveries.Load(); n != 0 {
+	if n != 0 {
 		t.Errorf("%d recoveries, want none", n)
 	}
+}
+
+// runCountingRecoveries runs job with cfg, in a directory of its own and
+// without fsyncs, for at most a minute (a hang guard), and returns how
+// many recoveries it made and the error that ended it.
+func runCountingRecoveries(t *testing.T, job *Job, cfg Config) (int32, error) {
+	t.Helper()
+	var recoveries atomic.Int32
+	cfg.Dir, cfg.NoSync = t.TempDir(), true
+	cfg.OnEvent = func(kind, _ string) {
+		if kind == "recovery" {
+			recoveries.Add(1)
+		}
+	}
+	c, err := NewCoordinator(job, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err = c.Run(ctx)
+	return recoveries.Load(), err
 }
