@@ -819,13 +819,7 @@ func TestAFailedFsyncMakesEveryLaterOpenRefuseTheLog(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			var failed atomic.Bool
-			l.fsync = func(f *os.File) error {
-				if failed.CompareAndSwap(false, true) {
-					return syscall.EIO
-				}
-				return f.Sync()
-			}
+			failFirstFsync(l)
 			if err := l.Append(rec); err != nil {
 				t.Fatal(err)
 			}
@@ -887,13 +881,7 @@ func TestEveryCallAfterAFailedFsyncSaysTheFsyncFailed(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			var failed atomic.Bool
-			l.fsync = func(f *os.File) error {
-				if failed.CompareAndSwap(false, true) {
-					return syscall.EIO
-				}
-				return f.Sync()
-			}
+			failed := failFirstFsync(l)
 			if err := l.Append(rec); err != nil {
 				t.Fatal(err)
 			}
@@ -910,4 +898,17 @@ func TestEveryCallAfterAFailedFsyncSaysTheFsyncFailed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// failFirstFsync makes l's first fsync fail with EIO, and the later ones
+// sync; the flag it returns is set once one failed.
+func failFirstFsync(l *Log) *atomic.Bool {
+	failed := new(atomic.Bool)
+	l.fsync = func(f *os.File) error {
+		if failed.CompareAndSwap(false, true) {
+			return syscall.EIO
+		}
+		return f.Sync()
+	}
+	return failed
 }
