@@ -100,13 +100,8 @@ func testAHandlerClosesItsNode(t *testing.T, be []Option, inline, abort bool) {
 			t.Fatal(err)
 		}
 	}
-	select {
-	case err := <-result:
-		if err != nil {
-			t.Errorf("Close from the handler: %v, want nil", err)
-		}
-	case <-time.After(hangGuard):
-		t.Fatalf("the node's shutdown, called from its handler, has not returned after %v", hangGuard)
+	if err := await(t, result, "the node's shutdown, called from its handler,"); err != nil {
+		t.Errorf("Close from the handler: %v, want nil", err)
 	}
 	if !inline || abort {
 		// The node is closed for its users once the call returned.
@@ -219,13 +214,8 @@ func testAHandlerClosesAPeer(t *testing.T, be []Option, inline, connecting bool)
 	if err := s.TrySend(0, []byte("the peer is gone")); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-returned:
-		if err != nil {
-			t.Fatalf("Peer.Close from the handler: %v, want nil", err)
-		}
-	case <-time.After(hangGuard):
-		t.Fatalf("Peer.Close, called from a handler, has not returned after %v", hangGuard)
+	if err := await(t, returned, "Peer.Close, called from a handler,"); err != nil {
+		t.Fatalf("Peer.Close from the handler: %v, want nil", err)
 	}
 	if _, err := po.OpenSender(ctx, taskid.ID{Processor: 1}, taskid.ID{Processor: 3}); !errors.Is(err, ErrClosed) {
 		t.Errorf("OpenSender on the closed peer: %v, want ErrClosed", err)
@@ -324,21 +314,11 @@ func testAnInlineHandlerGivenWhatWaitedMayCallTheNode(t *testing.T, be []Option,
 		}
 		registered <- rx.HandleInline(target, h)
 	}()
-	select {
-	case err := <-returned:
-		if err != nil {
-			t.Errorf("the handler's call: %v", err)
-		}
-	case <-time.After(hangGuard):
-		t.Fatalf("the handler's call of the node, given a run that waited, has not returned after %v", hangGuard)
+	if err := await(t, returned, "the handler's call of the node, given a run that waited,"); err != nil {
+		t.Errorf("the handler's call: %v", err)
 	}
-	select {
-	case err := <-registered:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(hangGuard):
-		t.Fatalf("registering the inline handler has not returned after %v", hangGuard)
+	if err := await(t, registered, "registering the inline handler"); err != nil {
+		t.Fatal(err)
 	}
 	if !closeNode {
 		if err := s.Flush(ctx); err != nil {
@@ -372,4 +352,17 @@ func handleAndOpen(t *testing.T, ctx context.Context, rx, tx *Node, target taski
 		t.Fatal(err)
 	}
 	return s
+}
+
+// await returns what ch gives, failing the test if it gives nothing
+// within hangGuard: what (the call that should have sent it) hangs.
+func await(t *testing.T, ch <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(hangGuard):
+		t.Fatalf("%s has not returned after %v", what, hangGuard)
+		return nil
+	}
 }
