@@ -483,6 +483,9 @@ func TestReplayHandsALargeBatchOverInBoundedRunsAndStopsOnTheCallbacksError(t *t
 	if !slices.Equal(runs, []int{1024, 1024, 452}) {
 		t.Fatalf("runs %v", runs)
 	}
+	// Every run carries its own records, from any starting point.
+	sameRecords(t, "replay of a large batch", replayAll(t, l, 0), recs)
+	sameRecords(t, "replay of a large batch from 1500", replayAll(t, l, 1500), recs[1500:])
 	stop := errors.New("stop")
 	calls := 0
 	err = l.Replay(0, func([]Record) error { calls++; return stop })
