@@ -93,29 +93,45 @@ func TestTheRecordAtACheckpointsTimeStaysOutOfThatCheckpoint(t *testing.T) {
 	}
 	// The source reads only below the horizon, 2*InitialInterval at first,
 	// so checkpoints have completed before it reaches the failure.
-	c, err := engine.NewCoordinator(job, engine.Config{Dir: filepath.Join(t.TempDir(), "data"), NoSync: true,
-		InitialInterval: 50, CheckpointEvery: time.Millisecond,
+	res, err := runQuickRestarts(t, job, filepath.Join(t.TempDir(), "data"), 50, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCountSum(t, res, n)
+	if res.Recoveries != 1 || res.Checkpoints == 0 {
+		t.Errorf("recoveries %d checkpoints %d, want one recovery after a checkpoint", res.Recoveries, res.Checkpoints)
+	}
+	if res.Late != 0 {
+		t.Errorf("%d messages arrived below a completed checkpoint", res.Late)
+	}
+}
+
+// runQuickRestarts runs job in dir without fsyncs, its first checkpoint
+// interval interval timestamp units and one due every every of wall time,
+// restarting up to 10 times a minute with no backoff to speak of; a run
+// that has not ended within a minute (times slow) fails the test.
+func runQuickRestarts(t *testing.T, job *engine.Job, dir string, interval int64, every time.Duration) (*engine.Result, error) {
+	t.Helper()
+	c, err := engine.NewCoordinator(job, engine.Config{Dir: dir, NoSync: true,
+		InitialInterval: interval, CheckpointEvery: every,
 		Restart: engine.RestartPolicy{MaxRestarts: 10, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*slow*time.Second)
 	defer cancel()
-	res, err := c.Run(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return c.Run(ctx)
+}
+
+// wantCountSum fails t unless the summing task 1.0 counted the n values
+// 0 to n-1 once each: n of them, summing to n(n-1)/2.
+func wantCountSum(t *testing.T, res *engine.Result, n uint64) {
+	t.Helper()
 	var got countSum
 	if err := got.Restore(res.Results["1.0"]); err != nil {
 		t.Fatal(err)
 	}
-	if want := (countSum{count: n, sum: n * (n - 1) / 2}); got.count != want.count || got.sum != want.sum {
-		t.Errorf("count %d sum %d, want count %d sum %d", got.count, got.sum, want.count, want.sum)
-	}
-	if res.Recoveries != 1 || res.Checkpoints == 0 {
-		t.Errorf("recoveries %d checkpoints %d, want one recovery after a checkpoint", res.Recoveries, res.Checkpoints)
-	}
-	if res.Late != 0 {
-		t.Errorf("%d messages arrived below a completed checkpoint", res.Late)
+	if got.count != n || got.sum != n*(n-1)/2 {
+		t.Errorf("count %d sum %d, want count %d sum %d", got.count, got.sum, n, n*(n-1)/2)
 	}
 }

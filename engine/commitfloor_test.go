@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -90,28 +89,14 @@ func TestACorruptNewestCheckpointFallsBackToTheOlderOneTheLogsStillHold(t *testi
 	// The source reads only below the horizon, which each checkpoint
 	// raises by at most twice the last step: several checkpoints have
 	// completed before it reaches the failure.
-	c, err := engine.NewCoordinator(job, engine.Config{Dir: dir, NoSync: true,
-		InitialInterval: 50, CheckpointEvery: time.Millisecond,
-		Restart: engine.RestartPolicy{MaxRestarts: 10, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*slow*time.Second)
-	defer cancel()
-	res, err := c.Run(ctx)
+	res, err := runQuickRestarts(t, job, dir, 50, time.Millisecond)
 	if err != nil {
 		t.Fatalf("run after checkpoint %d was corrupted: %v", corrupted.Load(), err)
 	}
 	if corrupted.Load() <= 0 {
 		t.Fatalf("no checkpoint was corrupted (newest %d)", corrupted.Load())
 	}
-	var got countSum
-	if err := got.Restore(res.Results["1.0"]); err != nil {
-		t.Fatal(err)
-	}
-	if got.count != n || got.sum != n*(n-1)/2 {
-		t.Errorf("count %d sum %d, want count %d sum %d", got.count, got.sum, n, n*(n-1)/2)
-	}
+	wantCountSum(t, res, n)
 	if res.Recoveries != 1 {
 		t.Errorf("recoveries %d, want 1", res.Recoveries)
 	}

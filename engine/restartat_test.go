@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -65,25 +64,11 @@ func TestASourceWhoseLogEndsBelowTheRestoredCheckpointRestartsAtIt(t *testing.T)
 		},
 		Edges: []engine.Edge{{From: "src", To: "sum", Partitioner: engine.Hash}},
 	}
-	c, err := engine.NewCoordinator(job, engine.Config{Dir: filepath.Join(t.TempDir(), "data"), NoSync: true,
-		InitialInterval: interval, CheckpointEvery: time.Minute,
-		Restart: engine.RestartPolicy{MaxRestarts: 10, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
+	res, err := runQuickRestarts(t, job, filepath.Join(t.TempDir(), "data"), interval, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*slow*time.Second)
-	defer cancel()
-	res, err := c.Run(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got countSum
-	if err := got.Restore(res.Results["1.0"]); err != nil {
-		t.Fatal(err)
-	}
-	if got.count != n || got.sum != n*(n-1)/2 {
-		t.Errorf("count %d sum %d, want count %d sum %d", got.count, got.sum, n, n*(n-1)/2)
-	}
+	wantCountSum(t, res, n)
 	if !failed.Load() || res.Recoveries != 1 {
 		t.Errorf("failed %v, recoveries %d: want one failure and one recovery", failed.Load(), res.Recoveries)
 	}
