@@ -343,7 +343,9 @@ func serveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("send", "Sends to a 'loadgen serve' and waits until it has consumed and acknowledged\n"+
-		"every message; the report carries the one-way latency serve measured.", stderr)
+		"every message; the report carries the one-way latency serve measured. Interrupted\n"+
+		"(Ctrl-C), it reports what it sent once serve confirmed it (interrupt again to stop\n"+
+		"waiting) and fails (exit status 1).", stderr)
 	to := fs.String("to", "127.0.0.1:7400", "address of the loadgen serve")
 	messages := fs.Int64("messages", 1_000_000, "messages to send")
 	replyListen := fs.String("reply-listen", "", "address for serve's answer (default: this host's address towards --to, any port)")
@@ -470,25 +472,38 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	sent, err := load.Count(sctx, lc, *messages, senders)
 	stopSending(nil)
 	<-watched
-	if err != nil {
+	sendEnd := time.Since(start)
+	// Interrupted (Ctrl-C): what was sent is still confirmed and reported,
+	// waiting for serve on abortOf(ctx), which a second interrupt ends.
+	interrupted := err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled)
+	if err != nil && !interrupted {
 		prog.Stop()
 		if cause := context.Cause(sctx); ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
 			return cause
 		}
 		return err
 	}
-	dctx, cancel := context.WithTimeout(ctx, *timeout)
+	wait := ctx
+	if interrupted {
+		wait = abortOf(ctx)
+		fmt.Fprintln(stderr, "loadgen send: interrupted; waiting for serve to confirm what was sent (interrupt again to stop waiting)")
+	}
+	dctx, cancel := context.WithTimeout(wait, *timeout)
 	defer cancel()
 	for _, s := range senders {
 		if err := s.Flush(dctx); err != nil {
 			prog.Stop()
+			if interrupted && wait.Err() != nil {
+				return fmt.Errorf("send: %w after %d messages sent in %.1f s; a second interrupt ended the wait for serve to confirm them, so there is no report",
+					errInterrupted, sent, sendEnd.Seconds())
+			}
 			return fmt.Errorf("send: serve did not confirm everything within %v: %w", *timeout, err)
 		}
 	}
 	elapsed := time.Since(start)
 	prog.Stop()
 	report.Clock = clock.finish()
-	ctl, err := peer.OpenSender(ctx, controlSource, controlTarget)
+	ctl, err := peer.OpenSender(dctx, controlSource, controlTarget)
 	if err != nil {
 		return err
 	}
@@ -528,6 +543,10 @@ func sendCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		"wire_bytes counts what send wrote; serve's acknowledgements are not included")
 	if f.Malformed > 0 {
 		report.Notes = append(report.Notes, "serve says "+malformedNote(f.Malformed))
+	}
+	if interrupted {
+		report.Failures = append(report.Failures, fmt.Sprintf("interrupted after %.1f s and %d of the %d messages asked for: what it measured is a shorter run's",
+			sendEnd.Seconds(), sent, *messages))
 	}
 	return finishReport(report, rec, out, stdout, stderr)
 }

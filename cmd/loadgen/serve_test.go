@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -222,5 +224,39 @@ func TestSendRefusesATimeoutThatIsNotPositive(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "--timeout must be positive") {
 			t.Errorf("send --timeout %s: %v, want an error saying --timeout must be positive", d, err)
 		}
+	}
+}
+
+// An interrupted send still has serve confirm what it sent and reports
+// it, every message exactly once, with a failure saying it was interrupted
+// (exit status 1); it used to end with a bare "context canceled" and no
+// report.
+func TestAnInterruptedSendReportsWhatItSentAndFails(t *testing.T) {
+	s, _ := startServer(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { // interrupt once serve has taken some
+		for s.delivered.Load() < 1000 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	var stdout bytes.Buffer
+	err := run(ctx, []string{"send", "--to", s.node.Addr(), "--messages", "1000000000", "--rate", "20000",
+		"--clock-correction=false", "--json", "--out", t.TempDir()}, &stdout, io.Discard)
+	if !errors.Is(err, errFailed) || exitCode(err) != 1 {
+		t.Fatalf("an interrupted send returned %v (exit status %d), want a failed run's (1)", err, exitCode(err))
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var r bench.Report
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatalf("no report: %v\n%s", err, stdout.String())
+	}
+	if f := strings.Join(r.Failures, "; "); !strings.Contains(f, "interrupted after") {
+		t.Errorf("the report's failures %q do not say the send was interrupted", f)
+	}
+	if r.MessagesSent < 1000 || r.MessagesDelivered != r.MessagesSent || r.Lost != 0 || r.Duplicates != 0 {
+		t.Errorf("sent %d, delivered %d, lost %d, duplicates %d: want what was sent delivered once",
+			r.MessagesSent, r.MessagesDelivered, r.Lost, r.Duplicates)
 	}
 }
