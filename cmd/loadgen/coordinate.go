@@ -135,6 +135,8 @@ type ctlEvent struct {
 // coordinator runs one distributed run.
 type coordinator struct {
 	cfg       coordConfig
+	began     time.Time // when coordinate was called
+	startAt   time.Time // the senders' common start; zero until it is set
 	stderr    io.Writer
 	remotes   []*remote
 	events    chan ctlEvent
@@ -181,8 +183,11 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 	if err := cfg.validate(); err != nil {
 		return nil, nil, err
 	}
-	c := &coordinator{cfg: cfg, stderr: stderr, remotes: assignRoles(cfg.agents, cfg.topology)}
+	c := &coordinator{cfg: cfg, began: time.Now(), stderr: stderr, remotes: assignRoles(cfg.agents, cfg.topology)}
 	if err := c.dial(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, c.interrupted("connecting")
+		}
 		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -237,6 +242,7 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 	}
 
 	startAt := time.Now().Add(cfg.startDelay)
+	c.startAt = startAt
 	c.logf("%d sender(s) start at %s", len(senders), startAt.Format("15:04:05.000"))
 	for _, r := range c.remotes {
 		if err := c.send(r, "starting", control.Msg{Kind: control.KindStart, StartAt: startAt.UnixNano()}); err != nil {
@@ -282,6 +288,19 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 		return nil, nil, err
 	}
 	return report, rec, nil
+}
+
+// interrupted is the error of a run whose context ended (Ctrl-C, SIGTERM)
+// while phase was under way. The agents report what they measured only
+// at the end of a run, so there is nothing to report; closing the control
+// connections, as coordinate does on its way out, aborts their parts.
+func (c *coordinator) interrupted(phase string) error {
+	when := fmt.Sprintf("after %.1f s of sending", time.Since(c.startAt).Seconds())
+	if c.startAt.IsZero() || time.Now().Before(c.startAt) {
+		when = fmt.Sprintf("after %.1f s, before the senders started", time.Since(c.began).Seconds())
+	}
+	return fmt.Errorf("transport scenario %w %s, while %s: the agents report what they measured only at the end of a run, so there is no report (their last heartbeats: %d messages sent, %d delivered); their parts are aborted",
+		errInterrupted, when, phase, c.sent.Load(), c.delivered.Load())
 }
 
 // printProgress prints, once a second until stopped, what the agents'
@@ -387,7 +406,7 @@ func (c *coordinator) await(ctx context.Context, phase string, want control.Kind
 		select {
 		case ev = <-c.events:
 		case <-ctx.Done():
-			return ctx.Err()
+			return c.interrupted(phase)
 		}
 		r := ev.from
 		fail := func(err error) error { return &agentError{Agent: r.addr, Role: r.role, Phase: phase, Err: err} }
@@ -555,7 +574,9 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		"and each agent runs one of its workers (node i on the i-th agent), starting it\n"+
 		"again after a failure; --faults kill= SIGKILLs a worker on any agent. The\n"+
 		"wordcount --input must be readable at its path on the agent of node 0.\n"+
-		"A flag of another scenario is refused, as 'loadgen run' refuses it.", stderr)
+		"A flag of another scenario is refused, as 'loadgen run' refuses it.\n"+
+		"Interrupted (Ctrl-C), a run has no report (the agents report only at its end,\n"+
+		"the engine only a completed job), says so, and fails (exit status 1).", stderr)
 	agents := fs.String("agents", "", "comma-separated control addresses of the agents, e.g. 10.0.0.1:7500,10.0.0.2:7500")
 	scenario := fs.String("scenario", "transport", "scenario to run: transport, wordcount or pipeline")
 	topology := fs.String("topology", topoFanIn, "fan-in: the first agent receives from all others; ring: each agent sends to the next")

@@ -293,3 +293,28 @@ func TestReachableDataAddr(t *testing.T) {
 		}
 	}
 }
+
+// A transport run across agents interrupted mid-run (Ctrl-C, SIGTERM: its
+// context ends) says so and fails with exit status 1, as an interrupted
+// engine run does; it failed with a bare 'context canceled' (exit status 2).
+// The agents, whose findings come only at a run's end, abort their parts.
+func TestAnInterruptedCoordinatedTransportRunSaysSoAndFails(t *testing.T) {
+	rx, tx := startAgent(t), startAgent(t)
+	cfg := testCoordConfig(rx.addr, tx.addr)
+	cfg.messages, cfg.tc.rate = 0, 2000
+	cfg.tc.duration = time.Hour // only the interrupt ends it
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go cancelOnProgress(ctx, cancel, tx.log, "sending to")
+	_, _, err := coordinate(ctx, cfg, io.Discard)
+	if err == nil || exitCode(err) != 1 || !errors.Is(err, errInterrupted) {
+		t.Fatalf("an interrupted run returned %v (exit status %d), want errInterrupted (exit status 1)", err, exitCode(err))
+	}
+	if msg := err.Error(); !strings.Contains(msg, "interrupted after") || !strings.Contains(msg, "no report") ||
+		strings.Contains(msg, "context canceled") {
+		t.Errorf("error %q does not say the run was interrupted and that there is no report (or names context canceled)", msg)
+	}
+	for _, a := range []*testAgent{rx, tx} {
+		a.log.waitFor(t, "aborted: the coordinator went away")
+	}
+}
