@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -190,18 +191,33 @@ func coordinate(ctx context.Context, cfg coordConfig, stderr io.Writer) (*bench.
 		}
 		return nil, nil, err
 	}
+	abort := abortOf(ctx)
 	ctx, cancel := context.WithCancel(ctx)
+	var readers sync.WaitGroup
 	defer func() {
 		cancel()
-		// Closing the control connections aborts whatever the agents
-		// still run; they do not outlive a failed coordinator.
+		// Ending the control connections aborts whatever the agents
+		// still run; they do not outlive a failed coordinator. Each
+		// agent closes its end once it has freed its part, which ends
+		// its reader (or the reader's heartbeat timeout does): waiting
+		// for that leaves the agents idle, ready for the next run, when
+		// coordinate returns, unless the user insists (abortOf).
+		for _, r := range c.remotes {
+			_ = r.cc.CloseWrite()
+		}
+		idle := make(chan struct{})
+		go func() { readers.Wait(); close(idle) }()
+		select {
+		case <-idle:
+		case <-abort.Done():
+		}
 		for _, r := range c.remotes {
 			r.cc.Close()
 		}
 	}()
 	c.events = make(chan ctlEvent, 16)
 	for _, r := range c.remotes {
-		go c.read(ctx, r)
+		readers.Go(func() { c.read(ctx, r) })
 	}
 
 	senders := c.senders()
@@ -364,7 +380,9 @@ func (c *coordinator) dial(ctx context.Context) error {
 }
 
 // read turns r's control lines into events until the connection fails or
-// stays silent for the heartbeat timeout.
+// stays silent for the heartbeat timeout. Once ctx ends it drops them, and
+// still reads to the connection's end: the agent closes it once its part
+// is freed.
 func (c *coordinator) read(ctx context.Context, r *remote) {
 	for {
 		m, err := r.cc.Recv(c.cfg.heartbeatTimeout)
@@ -378,7 +396,6 @@ func (c *coordinator) read(ctx context.Context, r *remote) {
 		select {
 		case c.events <- ctlEvent{from: r, m: m, err: err}:
 		case <-ctx.Done():
-			return
 		}
 		if err != nil {
 			return

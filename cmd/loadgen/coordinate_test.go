@@ -318,3 +318,29 @@ func TestAnInterruptedCoordinatedTransportRunSaysSoAndFails(t *testing.T) {
 		a.log.waitFor(t, "aborted: the coordinator went away")
 	}
 }
+
+// A coordinate that ends without the agents' bye (interrupted here) leaves
+// them idle when it returns, as one that completes does, so that a run
+// started at once is not refused as busy: before, it closed the control
+// connections and returned while the agents were still tearing their
+// parts down.
+func TestAnInterruptedCoordinateReturnsWithTheAgentsIdle(t *testing.T) {
+	rx, tx := startAgent(t), startAgent(t)
+	cfg := testCoordConfig(rx.addr, tx.addr)
+	cfg.messages, cfg.tc.rate = 0, 2000
+	cfg.tc.duration = time.Hour // only the interrupt ends it
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go cancelOnProgress(ctx, cancel, tx.log, "sending to")
+	if _, _, err := coordinate(ctx, cfg, io.Discard); !errors.Is(err, errInterrupted) {
+		t.Fatalf("coordinate returned %v, want errInterrupted", err)
+	}
+	for _, a := range []*testAgent{rx, tx} {
+		a.mu.Lock()
+		busy := a.mu.busy
+		a.mu.Unlock()
+		if busy != "" {
+			t.Errorf("agent %s is still busy with the run of %s when coordinate returned", a.addr, busy)
+		}
+	}
+}

@@ -82,6 +82,16 @@ func (c *Conn) Recv(timeout time.Duration) (Msg, error) {
 // for concurrent use.
 func (c *Conn) Close() error { return c.nc.Close() }
 
+// CloseWrite ends what c sends, which the peer reads as the connection's
+// end, and leaves c open for reading what the peer still sends; on a
+// connection that cannot half-close, it closes c.
+func (c *Conn) CloseWrite() error {
+	if hc, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		return hc.CloseWrite()
+	}
+	return c.nc.Close()
+}
+
 // Detach ends the line protocol on c: it clears the deadlines and returns
 // the connection's byte stream, a reader that yields what was buffered past
 // the last line before what arrives next, and the connection itself, for
