@@ -260,6 +260,12 @@ type Coordinator struct {
 
 	st stats
 
+	// clockCall, nil outside tests, makes node i's call of a clock round
+	// through call: a test substitutes it to order the nodes' replies of a
+	// round against a message's hops, which a real round rarely lands
+	// between. It is set before Run and only read.
+	clockCall func(i int, call func() (Response, error)) (Response, error)
+
 	// per worker cumulative counters, banked when a worker restarts
 	mu struct {
 		sync.Mutex
@@ -336,7 +342,13 @@ func (c *Coordinator) all(ctx context.Context, req Request) ([]Response, error) 
 	results := make(chan result, len(c.handles))
 	for i, h := range c.handles {
 		go func() {
-			r, err := h.do(ctx, req)
+			var r Response
+			var err error
+			if c.clockCall != nil && req.Op == "clock" {
+				r, err = c.clockCall(i, func() (Response, error) { return h.do(ctx, req) })
+			} else {
+				r, err = h.do(ctx, req)
+			}
 			if err == nil {
 				c.noteFaults(i, r)
 			}
