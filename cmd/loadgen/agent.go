@@ -63,6 +63,7 @@ type agent struct {
 	key        []byte             // authenticates coordinators; nil: anyone may coordinate
 	workDir    string             // engine workers' directories, <workDir>/<job>/node<k>
 	nodeArgs   []string           // the transport flags engine workers get
+	exe        string             // the loadgen binary engine workers run; "": this one (tests set it)
 	workers    workers
 	// firstTimeout and maxConns are firstMessageTimeout and
 	// maxControlConns, but in tests.

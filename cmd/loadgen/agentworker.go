@@ -75,9 +75,12 @@ func (a *agent) runWorker(cc *control.Conn, p *control.WorkerPlan, ctlLocal net.
 		}
 		listen = net.JoinHostPort(host, "0")
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
+	exe := a.exe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return err
+		}
 	}
 	args := []string{"node", "--spec", string(p.Spec), "--dir", filepath.Join(a.workDir, p.Job, fmt.Sprintf("node%d", p.Node)),
 		"--listen", listen, "--faults", p.Faults, "--seed", strconv.FormatUint(p.Seed, 10), "--fsync=" + strconv.FormatBool(p.Fsync)}
