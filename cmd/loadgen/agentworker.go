@@ -22,8 +22,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -173,14 +171,6 @@ type agentLauncher struct {
 
 	mu       sync.Mutex
 	machines map[string]bench.Machine // by agent
-}
-
-// jobID names a job on the agents: random for a new job, kept by one that
-// resumes (see adoptJournaled).
-func newJobID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return "job-" + hex.EncodeToString(b[:])
 }
 
 func (l *agentLauncher) agent(node int) string { return l.agents[node%len(l.agents)] }

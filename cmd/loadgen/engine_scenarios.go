@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice/bench"
 	"github.com/sluicehq/sluice/bench/jobs"
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
 	"github.com/sluicehq/sluice/engine"
 	"github.com/sluicehq/sluice/engine/journal"
 	"github.com/sluicehq/sluice/internal/durable"
@@ -234,7 +235,9 @@ func newJobConfig(spec jobs.Spec, onAgents bool) jobConfig {
 		}
 	}
 	if onAgents {
-		jc.AgentJob = newJobID()
+		// Random for a new job, kept by one that resumes
+		// (adoptJournaled).
+		jc.AgentJob = control.NewJobID()
 	}
 	return jc
 }

@@ -39,8 +39,11 @@
 // Plan.Heartbeat. A connection whose first message is "worker" {WorkerPlan}
 // runs one engine worker and, after the agent's "started" {Started}, carries
 // the worker's stdin and stdout as raw bytes ([Conn.Detach]); "kill"
-// {WorkerPlan} is answered by "killed" {Started}. With a key, both sides
-// first prove they hold it ([Authenticate]: "auth" then "proof").
+// {WorkerPlan} is answered by "killed" {Started}; "drop" {WorkerPlan: its
+// job} by "dropped", once the agent has removed the job's directory, which
+// it refuses while a worker of the job runs ([WorkerPlan.ValidateDrop]).
+// With a key, both sides first prove they hold it ([Authenticate]: "auth"
+// then "proof").
 //
 // # Versions
 //
@@ -51,10 +54,14 @@
 // older peer would misread bumps Version. Unknown fields in an object are
 // ignored (encoding/json's rule), so a field whose absence means what it
 // meant before may be added within a version. Version 2 added the plan's
-// ClockCorrection and done's Clock; received's Malformed came within it.
+// ClockCorrection and done's Clock; received's Malformed came within it, and
+// so did drop and dropped (an agent older than them answers a drop with an
+// "error": unknown kind).
 package control
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -90,6 +97,8 @@ const (
 	KindStarted   Kind = "started"   // Started
 	KindKill      Kind = "kill"      // Worker
 	KindKilled    Kind = "killed"    // Started
+	KindDrop      Kind = "drop"      // Worker: Job
+	KindDropped   Kind = "dropped"   // -
 	KindAuth      Kind = "auth"      // Nonce
 	KindProof     Kind = "proof"     // MAC
 )
@@ -163,7 +172,7 @@ type Msg struct {
 	Findings *Findings `json:"findings,omitempty"`
 	Error    string    `json:"error,omitempty"`
 
-	Worker  *WorkerPlan `json:"worker,omitempty"`  // worker, kill
+	Worker  *WorkerPlan `json:"worker,omitempty"`  // worker, kill, drop
 	Started *Started    `json:"started,omitempty"` // started, killed
 
 	Nonce []byte `json:"nonce,omitempty"` // auth: a fresh challenge
@@ -176,7 +185,7 @@ func (m *Msg) check() error {
 	switch m.Kind {
 	case "":
 		return fmt.Errorf("%w: no type", ErrMalformed)
-	case KindConnect, KindConnected, KindCollect, KindBye:
+	case KindConnect, KindConnected, KindCollect, KindBye, KindDropped:
 		has = true
 	case KindPlan:
 		has = m.Plan != nil
@@ -192,7 +201,7 @@ func (m *Msg) check() error {
 		has = m.Findings != nil
 	case KindError:
 		has = m.Error != ""
-	case KindWorker, KindKill:
+	case KindWorker, KindKill, KindDrop:
 		has = m.Worker != nil
 	case KindStarted, KindKilled:
 		has = m.Started != nil
@@ -330,7 +339,8 @@ type Received struct {
 	Latency   *hdrhistogram.Snapshot `json:"latency"`
 }
 
-// WorkerPlan asks an agent to run, or to kill, one engine worker.
+// WorkerPlan asks an agent to run, or to kill, one engine worker, or to
+// drop a job's directory.
 type WorkerPlan struct {
 	Version int `json:"version"`
 	// Job names the job's directory on the agent; Node the worker.
@@ -346,7 +356,18 @@ type WorkerPlan struct {
 	Fsync  bool   `json:"fsync,omitempty"`
 }
 
-var jobName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var (
+	jobName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	jobID   = regexp.MustCompile(`^job-[0-9a-f]{16}$`)
+)
+
+// NewJobID returns a new job's name on the agents: "job-" and 16 random
+// hex digits, the only form a drop accepts.
+func NewJobID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return "job-" + hex.EncodeToString(b[:])
+}
 
 // Validate checks the version, the job name (it names a directory) and the
 // node; for a plan that runs a worker (run), also the listen address. The
@@ -365,6 +386,21 @@ func (p *WorkerPlan) Validate(run bool) error {
 		if _, _, err := net.SplitHostPort(p.Listen); err != nil {
 			return fmt.Errorf("worker: listen address %q: %w", p.Listen, err)
 		}
+	}
+	return nil
+}
+
+// ValidateDrop checks a drop: the version, and the job, which must be of
+// the form NewJobID makes. The agent removes the job's directory, in a
+// --data-dir that may hold other things than jobs: a name of that one form
+// is never "", "." or "..", never holds a separator, and is never a
+// directory the user keeps there for something else.
+func (p *WorkerPlan) ValidateDrop() error {
+	if p.Version != Version {
+		return fmt.Errorf("drop: control protocol version %d, this agent speaks %d", p.Version, Version)
+	}
+	if !jobID.MatchString(p.Job) {
+		return fmt.Errorf("drop: job %q is not a job id (job- and 16 hex digits)", p.Job)
 	}
 	return nil
 }

@@ -43,6 +43,8 @@ func everyKind() []Msg {
 		{Kind: KindStarted, Started: &Started{Pid: 42, Machine: bench.Machine{CPU: "y"}}},
 		{Kind: KindKill, Worker: &WorkerPlan{Version: Version, Job: "job-1", Node: 2}},
 		{Kind: KindKilled, Started: &Started{Pid: 42}},
+		{Kind: KindDrop, Worker: &WorkerPlan{Version: Version, Job: "job-0123456789abcdef"}},
+		{Kind: KindDropped},
 		{Kind: KindAuth, Nonce: bytes.Repeat([]byte{1}, nonceLen)},
 		{Kind: KindProof, MAC: []byte{1, 2, 3}},
 	}
@@ -296,6 +298,41 @@ func TestWorkerPlanValidation(t *testing.T) {
 			p := good
 			tt.change(&p)
 			err := p.Validate(tt.run)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("error %v, want one mentioning %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestADropNamesOnlyAJobID(t *testing.T) {
+	good := WorkerPlan{Version: Version, Job: NewJobID()}
+	tests := []struct {
+		name    string
+		change  func(*WorkerPlan)
+		wantErr string
+	}{
+		{"a new job's id is accepted", func(*WorkerPlan) {}, ""},
+		{"another version is refused", func(p *WorkerPlan) { p.Version = Version + 1 }, "version"},
+		{"an empty job is refused", func(p *WorkerPlan) { p.Job = "" }, "not a job id"},
+		{"the parent directory is refused", func(p *WorkerPlan) { p.Job = ".." }, "not a job id"},
+		{"the directory itself is refused", func(p *WorkerPlan) { p.Job = "." }, "not a job id"},
+		{"a path up and out is refused", func(p *WorkerPlan) { p.Job = "job-0123456789abcdef/../.." }, "not a job id"},
+		{"a path into a job is refused", func(p *WorkerPlan) { p.Job = "job-0123456789abcdef/node0" }, "not a job id"},
+		{"an absolute path is refused", func(p *WorkerPlan) { p.Job = "/etc" }, "not a job id"},
+		{"a name a worker may have but a new job never has is refused", func(p *WorkerPlan) { p.Job = "Documents" }, "not a job id"},
+		{"a job id with upper-case digits is refused", func(p *WorkerPlan) { p.Job = "job-0123456789ABCDEF" }, "not a job id"},
+		{"a job id with a newline after it is refused", func(p *WorkerPlan) { p.Job = "job-0123456789abcdef\n" }, "not a job id"},
+		{"a job id one digit short is refused", func(p *WorkerPlan) { p.Job = "job-0123456789abcde" }, "not a job id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := good
+			tt.change(&p)
+			err := p.ValidateDrop()
 			switch {
 			case tt.wantErr == "" && err != nil:
 				t.Fatalf("refused: %v", err)
