@@ -15,9 +15,10 @@ package main
 // control connection aborts its run at once: a coordinator that dies does
 // not leave agents sending forever.
 //
-// A connection whose first message is "worker" or "kill" is not a run: it
-// starts or kills one of the engine workers an agent hosts for `loadgen
-// coordinate --scenario wordcount|pipeline` (agentworker.go).
+// A connection whose first message is "worker", "kill" or "drop" is not a
+// run: it starts or kills one of the engine workers an agent hosts for
+// `loadgen coordinate --scenario wordcount|pipeline`, or removes the
+// directory of a job that is over (agentworker.go).
 //
 // Until a connection's first message is in (and its key proven, with
 // --key-file), the agent knows nothing of its peer: it reads that opening
@@ -84,6 +85,7 @@ func newAgent(ln net.Listener, dataListen string, stderr io.Writer) *agent {
 		firstTimeout: firstMessageTimeout, maxConns: maxControlConns}
 	a.mu.conns = map[net.Conn]struct{}{}
 	a.workers.procs = map[string]*os.Process{}
+	a.workers.live, a.workers.dropping = map[string]int{}, map[string]bool{}
 	return a
 }
 
@@ -203,13 +205,16 @@ func (a *agent) session(ctx context.Context, c net.Conn) {
 	}
 	cc.SetMaxLine(control.MaxLine)
 	switch first.Kind {
-	case control.KindWorker, control.KindKill:
+	case control.KindWorker, control.KindKill, control.KindDrop:
 		// Engine workers are not runs: an agent hosts any number of them,
 		// beside a run.
-		if first.Kind == control.KindWorker {
+		switch first.Kind {
+		case control.KindWorker:
 			err = a.runWorker(cc, first.Worker, c.LocalAddr())
-		} else {
+		case control.KindKill:
 			err = a.killWorker(cc, first.Worker)
+		default:
+			err = a.dropJob(cc, first.Worker)
 		}
 		if err != nil {
 			a.logf("%s from %s failed: %v", first.Kind, who, err)

@@ -18,11 +18,18 @@ package main
 //
 //	kill {worker plan: job, node}   killed {pid}
 //
-// and the agent SIGKILLs that node's worker.
+// and the agent SIGKILLs that node's worker. Once a job can no longer be
+// resumed, the coordinator has each agent that ran its workers remove the
+// job's directory, on a connection of its own too:
+//
+//	drop {worker plan: job}         dropped
+//
+// which the agent refuses while a worker of the job runs or starts.
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -44,6 +51,31 @@ import (
 type workers struct {
 	mu    sync.Mutex
 	procs map[string]*os.Process
+	// live counts each job's workers from before they start to after
+	// they exit; dropping holds the jobs whose directory is being
+	// removed. A job is in at most one of them.
+	live     map[string]int
+	dropping map[string]bool
+}
+
+// begin counts a worker of job as live, unless job is being dropped.
+func (w *workers) begin(job string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dropping[job] {
+		return fmt.Errorf("worker: job %s is being dropped here", job)
+	}
+	w.live[job]++
+	return nil
+}
+
+// end counts a worker of job, counted by begin, as exited.
+func (w *workers) end(job string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.live[job]--; w.live[job] == 0 {
+		delete(w.live, job)
+	}
 }
 
 func workerKey(job string, node int) string { return job + "/" + strconv.Itoa(node) }
@@ -60,6 +92,12 @@ func (a *agent) runWorker(cc *control.Conn, p *control.WorkerPlan, ctlLocal net.
 	if err := checkInput(p); err != nil {
 		return err
 	}
+	// From here until it has exited, the worker keeps a drop of its job
+	// away from the directory it writes.
+	if err := a.workers.begin(p.Job); err != nil {
+		return err
+	}
+	defer a.workers.end(p.Job)
 	listen := p.Listen
 	if listen == "" {
 		// The worker's address goes to every other worker, so its host
@@ -158,6 +196,54 @@ func (a *agent) killWorker(cc *control.Conn, p *control.WorkerPlan) error {
 	return cc.Send(control.Msg{Kind: control.KindKilled, Started: &control.Started{Pid: proc.Pid}})
 }
 
+// dropJob removes the directory of the job a drop message names, and
+// answers once it is gone (or was never there). It refuses while a worker
+// of the job runs or starts: a worker writing into a directory being
+// removed would leave half of it behind, and a job that still runs is not
+// done with it.
+func (a *agent) dropJob(cc *control.Conn, p *control.WorkerPlan) error {
+	if err := p.ValidateDrop(); err != nil {
+		return err
+	}
+	if a.workDir == "" {
+		return errors.New("drop: this agent has no directory for engine workers")
+	}
+	a.workers.mu.Lock()
+	live, dropping := a.workers.live[p.Job], a.workers.dropping[p.Job]
+	if live == 0 && !dropping {
+		a.workers.dropping[p.Job] = true
+	}
+	a.workers.mu.Unlock()
+	switch {
+	case live > 0:
+		return fmt.Errorf("drop: %d worker(s) of job %s still run here", live, p.Job)
+	case dropping:
+		return fmt.Errorf("drop: job %s is being dropped already", p.Job)
+	}
+	// ValidateDrop saw to it that the job is one name, never "." or "..":
+	// dir is inside workDir. RemoveAll does not follow a symbolic link.
+	dir := filepath.Join(a.workDir, p.Job)
+	_, err := os.Lstat(dir)
+	had := !errors.Is(err, os.ErrNotExist)
+	if had {
+		err = os.RemoveAll(dir)
+	}
+	// Done before the answer, so that the coordinator, once answered,
+	// finds the job neither being dropped nor there.
+	a.workers.mu.Lock()
+	delete(a.workers.dropping, p.Job)
+	a.workers.mu.Unlock()
+	switch {
+	case had && err != nil:
+		return fmt.Errorf("drop: %w", err)
+	case had:
+		a.logf("dropped job %s: removed %s", p.Job, dir)
+	default:
+		a.logf("dropped job %s: it has no directory here", p.Job)
+	}
+	return cc.Send(control.Msg{Kind: control.KindDropped})
+}
+
 // agentLauncher places a job's engine workers on agents, node i on agent
 // i mod len(agents).
 type agentLauncher struct {
@@ -171,6 +257,7 @@ type agentLauncher struct {
 
 	mu       sync.Mutex
 	machines map[string]bench.Machine // by agent
+	launched map[int]bool             // the nodes whose agents were asked to start a worker
 }
 
 func (l *agentLauncher) agent(node int) string { return l.agents[node%len(l.agents)] }
@@ -221,6 +308,9 @@ func (l *agentLauncher) roundTrip(ctx context.Context, node int, m control.Msg, 
 
 // Launch starts node's worker on its agent (an engine.Launcher).
 func (l *agentLauncher) Launch(ctx context.Context, node int, listen string) (engine.WorkerProcess, error) {
+	l.mu.Lock()
+	l.launched[node] = true
+	l.mu.Unlock()
 	f, seed := l.faults(node)
 	p := &control.WorkerPlan{Version: control.Version, Job: l.job, Node: node, Spec: l.spec, Listen: listen, Faults: f, Seed: seed, Fsync: l.fsync}
 	cc, r, err := l.roundTrip(ctx, node, control.Msg{Kind: control.KindWorker, Worker: p}, control.KindStarted)
@@ -232,6 +322,41 @@ func (l *agentLauncher) Launch(ctx context.Context, node int, listen string) (en
 	l.mu.Unlock()
 	out, conn := cc.Detach()
 	return &remoteWorker{l: l, node: node, out: out, conn: conn}, nil
+}
+
+// dropJob has every agent that was asked to start a worker of the job
+// remove the job's directory, all at once, each within l.timeout or until
+// ctx ends, and returns the agents that did not, each with why. It is for
+// a job that can no longer be resumed, once its workers have exited.
+func (l *agentLauncher) dropJob(ctx context.Context) (failed map[string]error) {
+	l.mu.Lock()
+	var nodes []int
+	for node := range l.launched {
+		nodes = append(nodes, node)
+	}
+	l.mu.Unlock()
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, node := range nodes {
+		wg.Go(func() {
+			p := &control.WorkerPlan{Version: control.Version, Job: l.job, Node: node}
+			cc, _, err := l.roundTrip(ctx, node, control.Msg{Kind: control.KindDrop, Worker: p}, control.KindDropped)
+			if err == nil {
+				cc.Close()
+				return
+			}
+			mu.Lock()
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			failed[l.agent(node)] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return failed
 }
 
 // remoteWorker is a worker on an agent, behind one control connection that

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -251,4 +252,132 @@ func startAgentProcess(t *testing.T, bin, dataDir, workDir string) (string, *syn
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	log.waitFor(t, "listening for coordinators")
 	return addr, log
+}
+
+// TestAnAgentDropsOnlyAJobsOwnDirectoryAndNotWhileItRuns: a drop removes
+// <data-dir>/<job> and nothing else; one that names no job id (a path, a
+// name the directory holds for something else, nothing), of another
+// protocol version, of a job whose worker runs, or from a peer without the
+// key, is refused and removes nothing.
+func TestAnAgentDropsOnlyAJobsOwnDirectoryAndNotWhileItRuns(t *testing.T) {
+	root := t.TempDir()
+	work := filepath.Join(root, "work")
+	job := control.NewJobID()
+	files := []string{
+		filepath.Join(work, job, "node0", "log"),
+		filepath.Join(work, "other", "node0", "log"), // not a job id: kept
+		filepath.Join(work, "keep"),
+		filepath.Join(root, "outside"),
+	}
+	for _, f := range files {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	allThere := func(t *testing.T) {
+		t.Helper()
+		for _, f := range files {
+			if _, err := os.Stat(f); err != nil {
+				t.Fatalf("a refused drop removed something: %v", err)
+			}
+		}
+	}
+	key := []byte("0123456789abcdef0123456789abcdef")
+	a := startAgentWith(t, func(a *agent) { a.workDir = work })
+	keyed := startAgentWith(t, func(a *agent) { a.workDir, a.key = work, key })
+	drop := func(t *testing.T, p control.WorkerPlan) control.Msg {
+		t.Helper()
+		cc := dialCtl(t, a.addr)
+		if err := cc.Send(control.Msg{Kind: control.KindDrop, Worker: &p}); err != nil {
+			t.Fatal(err)
+		}
+		return recvType(t, cc)
+	}
+
+	refused := []struct {
+		name string
+		p    control.WorkerPlan
+		want string
+	}{
+		{"the parent directory", control.WorkerPlan{Version: control.Version, Job: ".."}, "not a job id"},
+		{"the directory itself", control.WorkerPlan{Version: control.Version, Job: "."}, "not a job id"},
+		{"no job", control.WorkerPlan{Version: control.Version, Job: ""}, "not a job id"},
+		{"a path out of the directory", control.WorkerPlan{Version: control.Version, Job: "../outside"}, "not a job id"},
+		{"a path through a job out of the directory", control.WorkerPlan{Version: control.Version, Job: job + "/../.."}, "not a job id"},
+		{"an absolute path", control.WorkerPlan{Version: control.Version, Job: root}, "not a job id"},
+		{"a slash", control.WorkerPlan{Version: control.Version, Job: "/"}, "not a job id"},
+		{"a name in the directory that is no job id", control.WorkerPlan{Version: control.Version, Job: "other"}, "not a job id"},
+		{"another protocol version", control.WorkerPlan{Version: control.Version + 1, Job: job}, "control protocol version"},
+	}
+	for _, c := range refused {
+		t.Run("a drop of "+c.name+" is refused", func(t *testing.T) {
+			if m := drop(t, c.p); m.Kind != control.KindError || !strings.Contains(m.Error, c.want) {
+				t.Fatalf("got %q %q, want an error saying %q", m.Kind, m.Error, c.want)
+			}
+			allThere(t)
+		})
+	}
+
+	t.Run("a drop from a peer without the key is refused", func(t *testing.T) {
+		cc := dialCtl(t, keyed.addr)
+		if err := cc.Send(control.Msg{Kind: control.KindDrop, Worker: &control.WorkerPlan{Version: control.Version, Job: job}}); err != nil {
+			t.Fatal(err)
+		}
+		// The agent's challenge, then its verdict, then the end.
+		for {
+			if _, err := cc.Recv(5 * time.Second); err != nil {
+				break
+			}
+		}
+		keyed.log.waitFor(t, "refused coordinator")
+		allThere(t)
+	})
+
+	t.Run("a drop of a job whose worker runs is refused", func(t *testing.T) {
+		if err := a.workers.begin(job); err != nil {
+			t.Fatal(err)
+		}
+		m := drop(t, control.WorkerPlan{Version: control.Version, Job: job})
+		a.workers.end(job)
+		if m.Kind != control.KindError || !strings.Contains(m.Error, "still run here") {
+			t.Fatalf("got %q %q, want an error saying a worker still runs", m.Kind, m.Error)
+		}
+		allThere(t)
+	})
+
+	t.Run("a drop removes the job's directory and nothing else", func(t *testing.T) {
+		if m := drop(t, control.WorkerPlan{Version: control.Version, Job: job}); m.Kind != control.KindDropped {
+			t.Fatalf("got %q %q, want dropped", m.Kind, m.Error)
+		}
+		if _, err := os.Stat(filepath.Join(work, job)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the job's directory is still there (%v)", err)
+		}
+		for _, f := range files[1:] {
+			if _, err := os.Stat(f); err != nil {
+				t.Errorf("the drop removed more than its job: %v", err)
+			}
+		}
+		// Dropping what is gone is done at once: a coordinator that
+		// retries, or drops a job on an agent whose worker never wrote,
+		// is answered the same.
+		if m := drop(t, control.WorkerPlan{Version: control.Version, Job: job}); m.Kind != control.KindDropped {
+			t.Fatalf("dropping it again: got %q %q, want dropped", m.Kind, m.Error)
+		}
+	})
+
+	t.Run("a worker of a job being dropped is refused", func(t *testing.T) {
+		a.workers.mu.Lock()
+		a.workers.dropping[job] = true
+		a.workers.mu.Unlock()
+		err := a.workers.begin(job)
+		a.workers.mu.Lock()
+		delete(a.workers.dropping, job)
+		a.workers.mu.Unlock()
+		if err == nil || !strings.Contains(err.Error(), "being dropped") {
+			t.Fatalf("begin: %v, want it refused while the job is being dropped", err)
+		}
+	})
 }
