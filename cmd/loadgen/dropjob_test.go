@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/cmd/loadgen/internal/control"
 )
 
 // engineAgents starts n agents in this process, each with a --data-dir of
@@ -174,4 +177,31 @@ func TestAJobOnAgentsLeavesItsDataThereOnlyWhileItCanBeResumed(t *testing.T) {
 				msg, filepath.Base(held[0]))
 		}
 	})
+}
+
+// TestAFailedDropIsAWarningThatNamesTheAgent: an agent that cannot be
+// reached to drop a job is named in a warning and in the interrupted
+// run's error, which no longer says the data was removed.
+func TestAFailedDropIsAWarningThatNamesTheAgent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	up := startAgentWith(t, func(a *agent) { a.workDir = t.TempDir() })
+	job := control.NewJobID()
+	l := &agentLauncher{agents: []string{up.addr, gone}, job: job, timeout: 5 * time.Second, launched: map[int]bool{0: true, 1: true}}
+	var stderr bytes.Buffer
+	kept := dropAgentJob(context.Background(), l, false, "", &stderr)
+	if len(kept) != 1 || kept[0] != gone {
+		t.Fatalf("dropAgentJob says %q kept the job; want only the unreachable agent %s", kept, gone)
+	}
+	if w := stderr.String(); !strings.Contains(w, "warning") || !strings.Contains(w, gone) || !strings.Contains(w, job) {
+		t.Errorf("the warning %q does not name agent %s and job %s", w, gone, job)
+	}
+	msg := engineInterrupted("pipeline", time.Second, "", job, kept).Error()
+	if strings.Contains(msg, "now removed:") || !strings.Contains(msg, gone) {
+		t.Errorf("the interrupted run says %q; want it to name agent %s as still holding the job", msg, gone)
+	}
 }

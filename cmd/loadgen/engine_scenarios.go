@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -196,21 +197,66 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	stop()
 	elapsed := time.Since(start)
 	(*prog).Stop()
+	var kept []string // the agents that still hold a job nothing resumes
+	if l := ec.agents; l != nil && (err == nil || ec.dir == "") {
+		// Run returns once every worker has exited.
+		kept = dropAgentJob(abortOf(ctx), l, err == nil, ec.dir, stderr)
+	}
 	if err != nil && ctx.Err() != nil {
-		err = engineInterrupted(spec.Kind, elapsed, ec.dir)
+		err = engineInterrupted(spec.Kind, elapsed, ec.dir, jc.AgentJob, kept)
 	}
 	return res, elapsed, err
+}
+
+// dropAgentJob has the agents remove the directories of l's job, which can
+// no longer be resumed: it completed, or it ended and its journal was in
+// a temporary directory (dir ""). A completed job's journal in dir goes
+// too: resumed, it would restore checkpoints and replay logs that are
+// gone, where the same command now runs the job afresh. What fails is a
+// warning, not a failed run; it returns the agents that keep the job.
+func dropAgentJob(ctx context.Context, l *agentLauncher, completed bool, dir string, stderr io.Writer) (kept []string) {
+	failed := l.dropJob(ctx)
+	for a, err := range failed {
+		kept = append(kept, a)
+		fmt.Fprintf(stderr, "loadgen coordinate: warning: the workers' logs and checkpoints of job %s, which nothing will resume, are left on agent %s, in %s under its --data-dir (remove it there): %v\n",
+			l.job, a, l.job, err)
+	}
+	slices.Sort(kept)
+	if completed && dir != "" {
+		if err := os.Remove(filepath.Join(dir, engine.JournalFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(stderr, "loadgen coordinate: warning: the journal of job %s, whose workers' data is gone from the agents, is left in %s (remove it, or give --start-over next time): %v\n",
+				l.job, dir, err)
+		}
+	}
+	return kept
 }
 
 // engineInterrupted is the error of an engine run whose context ended
 // (Ctrl-C, SIGTERM) before its job completed. Unlike the transport
 // scenario's, such a run cannot report what it measured: the engine gives
 // the sinks' results, which the exactly-once check needs, only for a
-// completed job. What it can say is how to resume the job.
-func engineInterrupted(kind string, elapsed time.Duration, dir string) error {
-	resume := "its data was in a temporary directory, now removed (give --data-dir to keep an interrupted job and resume it)"
-	if dir != "" {
+// completed job. What it can say is where its data is and how to resume
+// the job: from dir, the coordinator's --data-dir ("": a temporary one);
+// agentJob names its workers' directories on the agents ("": the workers
+// ran here), kept lists the agents that failed to remove theirs.
+func engineInterrupted(kind string, elapsed time.Duration, dir, agentJob string, kept []string) error {
+	var resume string
+	switch {
+	case dir != "" && agentJob != "":
+		resume = fmt.Sprintf("run it again with --data-dir %s to resume the job from its last completed checkpoint; its journal is there, "+
+			"its workers' logs and checkpoints stay on the agents, in %s under each agent's --data-dir (an agent without one keeps them until it stops)",
+			dir, agentJob)
+	case dir != "":
 		resume = fmt.Sprintf("run it again with --data-dir %s to resume the job from its last completed checkpoint", dir)
+	case agentJob != "" && len(kept) == 0:
+		resume = fmt.Sprintf("its data was in temporary directories, now removed: its journal here, its workers' logs and checkpoints (%s) on the agents "+
+			"(give --data-dir to keep an interrupted job and resume it)", agentJob)
+	case agentJob != "":
+		resume = fmt.Sprintf("its journal was in a temporary directory, now removed, so nothing can resume it; its workers' logs and checkpoints (%s) were removed on the agents "+
+			"but %s, which failed to (see the warnings above), and still hold them (give --data-dir to keep an interrupted job and resume it)",
+			agentJob, strings.Join(kept, ", "))
+	default:
+		resume = "its data was in a temporary directory, now removed (give --data-dir to keep an interrupted job and resume it)"
 	}
 	return fmt.Errorf("%s %w after %.1f s, before its job completed: the engine reports only a completed job, so there is no report; %s",
 		kind, errInterrupted, elapsed.Seconds(), resume)
