@@ -591,9 +591,15 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		"and each agent runs one of its workers (node i on the i-th agent), starting it\n"+
 		"again after a failure; --faults kill= SIGKILLs a worker on any agent. The\n"+
 		"wordcount --input must be readable at its path on the agent of node 0.\n"+
+		"The workers keep the job's source logs and checkpoints on their agents (see\n"+
+		"'loadgen agent -h', --data-dir), its journal in this process's --data-dir. Once\n"+
+		"the job cannot be resumed (it completed, or it ended and this process had no\n"+
+		"--data-dir), the agents remove its directories, and a completed job's journal\n"+
+		"goes too; an agent that fails to is a warning, naming it.\n"+
 		"A flag of another scenario is refused, as 'loadgen run' refuses it.\n"+
 		"Interrupted (Ctrl-C), a run has no report (the agents report only at its end,\n"+
-		"the engine only a completed job), says so, and fails (exit status 1).", stderr)
+		"the engine only a completed job), says so (and where an engine job's data is),\n"+
+		"and fails (exit status 1).", stderr)
 	agents := fs.String("agents", "", "comma-separated control addresses of the agents, e.g. 10.0.0.1:7500,10.0.0.2:7500")
 	scenario := fs.String("scenario", "transport", "scenario to run: transport, wordcount or pipeline")
 	topology := fs.String("topology", topoFanIn, "fan-in: the first agent receives from all others; ring: each agent sends to the next")
