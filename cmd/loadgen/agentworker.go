@@ -309,6 +309,9 @@ func (l *agentLauncher) roundTrip(ctx context.Context, node int, m control.Msg, 
 // Launch starts node's worker on its agent (an engine.Launcher).
 func (l *agentLauncher) Launch(ctx context.Context, node int, listen string) (engine.WorkerProcess, error) {
 	l.mu.Lock()
+	if l.launched == nil {
+		l.launched = map[int]bool{}
+	}
 	l.launched[node] = true
 	l.mu.Unlock()
 	f, seed := l.faults(node)

@@ -696,7 +696,7 @@ func coordinateEngine(ctx context.Context, scenario string, agents []string, key
 	// The workers take their transport settings from their agent's
 	// command line; these are only the engine's defaults for its options.
 	sec.peerBudget, sec.socketBuffer = transport.DefaultPeerBudget, transport.DefaultSocketBuffer
-	l := &agentLauncher{agents: agents, key: key, timeout: timeout, machines: map[string]bench.Machine{}, launched: map[int]bool{}}
+	l := &agentLauncher{agents: agents, key: key, timeout: timeout, machines: map[string]bench.Machine{}}
 	ec.nodes, ec.agents = len(agents), l
 	fmt.Fprintf(stderr, "loadgen coordinate: %s scenario, one engine worker on each of %d agents%s\n", scenario, len(agents), faultString(tc.faults))
 	var (
