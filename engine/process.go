@@ -122,6 +122,11 @@ func (h *processHandle) restart(ctx context.Context) error {
 	case err = <-hello:
 	case <-ctx.Done():
 		err = ctx.Err()
+		// The hello's read ends once the worker is gone; proc.Wait
+		// reads what is left of its stdout, which must not happen
+		// beside that read.
+		_ = proc.Kill()
+		<-hello
 	}
 	if err != nil {
 		_ = proc.Kill()
