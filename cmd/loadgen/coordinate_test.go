@@ -299,14 +299,7 @@ func TestReachableDataAddr(t *testing.T) {
 // engine run does; it failed with a bare 'context canceled' (exit status 2).
 // The agents, whose findings come only at a run's end, abort their parts.
 func TestAnInterruptedCoordinatedTransportRunSaysSoAndFails(t *testing.T) {
-	rx, tx := startAgent(t), startAgent(t)
-	cfg := testCoordConfig(rx.addr, tx.addr)
-	cfg.messages, cfg.tc.rate = 0, 2000
-	cfg.tc.duration = time.Hour // only the interrupt ends it
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go cancelOnProgress(ctx, cancel, tx.log, "sending to")
-	_, _, err := coordinate(ctx, cfg, io.Discard)
+	rx, tx, err := interruptCoordinated(t)
 	if err == nil || exitCode(err) != 1 || !errors.Is(err, errInterrupted) {
 		t.Fatalf("an interrupted run returned %v (exit status %d), want errInterrupted (exit status 1)", err, exitCode(err))
 	}
@@ -325,14 +318,8 @@ func TestAnInterruptedCoordinatedTransportRunSaysSoAndFails(t *testing.T) {
 // connections and returned while the agents were still tearing their
 // parts down.
 func TestAnInterruptedCoordinateReturnsWithTheAgentsIdle(t *testing.T) {
-	rx, tx := startAgent(t), startAgent(t)
-	cfg := testCoordConfig(rx.addr, tx.addr)
-	cfg.messages, cfg.tc.rate = 0, 2000
-	cfg.tc.duration = time.Hour // only the interrupt ends it
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	go cancelOnProgress(ctx, cancel, tx.log, "sending to")
-	if _, _, err := coordinate(ctx, cfg, io.Discard); !errors.Is(err, errInterrupted) {
+	rx, tx, err := interruptCoordinated(t)
+	if !errors.Is(err, errInterrupted) {
 		t.Fatalf("coordinate returned %v, want errInterrupted", err)
 	}
 	for _, a := range []*testAgent{rx, tx} {
@@ -343,4 +330,20 @@ func TestAnInterruptedCoordinateReturnsWithTheAgentsIdle(t *testing.T) {
 			t.Errorf("agent %s is still busy with the run of %s when coordinate returned", a.addr, busy)
 		}
 	}
+}
+
+// interruptCoordinated runs a transport scenario across two agents that
+// only an interrupt ends, interrupts it once the sender is sending, and
+// returns the agents and what coordinate returned.
+func interruptCoordinated(t *testing.T) (rx, tx *testAgent, err error) {
+	t.Helper()
+	rx, tx = startAgent(t), startAgent(t)
+	cfg := testCoordConfig(rx.addr, tx.addr)
+	cfg.messages, cfg.tc.rate = 0, 2000
+	cfg.tc.duration = time.Hour // only the interrupt ends it
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go cancelOnProgress(ctx, cancel, tx.log, "sending to")
+	_, _, err = coordinate(ctx, cfg, io.Discard)
+	return rx, tx, err
 }
