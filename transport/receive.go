@@ -448,11 +448,8 @@ func (in *inbox) goInline(h Handler) bool {
 // It stops early, as run does, once the handler closed its node (left).
 func (in *inbox) runThenInline(h Handler) {
 	for {
-		for d := in.pop(); d != nil; d = in.pop() {
-			deliver(h, d)
-			if in.left.Load() {
-				return
-			}
+		if !in.deliverQueued(h) {
+			return
 		}
 		in.order.Lock()
 		in.mu.Lock()
@@ -489,15 +486,24 @@ func (in *inbox) leave(n *Node) {
 	}
 }
 
+// deliverQueued gives h the runs queued in the inbox, in order, until none
+// is left (true) or the handler has closed its node (left: false).
+func (in *inbox) deliverQueued(h Handler) bool {
+	for d := in.pop(); d != nil; d = in.pop() {
+		deliver(h, d)
+		if in.left.Load() {
+			return false
+		}
+	}
+	return true
+}
+
 // run delivers to the handler until stop is closed, or until the handler
 // has closed its node (left).
 func (in *inbox) run(h Handler) {
 	for {
-		for d := in.pop(); d != nil; d = in.pop() {
-			deliver(h, d)
-			if in.left.Load() {
-				return
-			}
+		if !in.deliverQueued(h) {
+			return
 		}
 		select {
 		case <-in.wake:
