@@ -361,8 +361,7 @@ func (s *sourceRun) loop() error {
 					// An fsync of the log failed (a background one, or
 					// the one sealing a segment): it refuses every later
 					// Append, Sync and Open, so no recovery can replay it.
-					err = fmt.Errorf("%w: source %q task %v: appending to its log %s failed after an fsync of it failed, so the records it holds may not be on disk and cannot be replayed exactly once: %w",
-						ErrSourceLogLost, s.inc.w.job.Procs[s.id.Processor].Name, s.id, s.log.Dir(), err)
+					err = s.inc.w.errLogLost(s.id, s.log, "appending to it after an fsync of it failed", err)
 				}
 				return err
 			}

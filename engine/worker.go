@@ -538,6 +538,13 @@ func (inc *incarnation) tick() {
 	}
 }
 
+// errLogLost is the error of source task id whose log lg may have lost
+// records: doing what to it failed with err.
+func (w *Worker) errLogLost(id taskid.ID, lg *store.Log, what string, err error) error {
+	return fmt.Errorf("%w: source %q task %v: %s failed (its log %s), so the records it holds may not be on disk and cannot be replayed exactly once: %w",
+		ErrSourceLogLost, w.job.Procs[id.Processor].Name, id, what, lg.Dir(), err)
+}
+
 // stopLocked stops inc and keeps the first failure to close a source log
 // in w.lostLog. w.mu must be held.
 func (w *Worker) stopLocked(inc *incarnation) error {
@@ -641,8 +648,7 @@ func (w *Worker) Checkpoint(gen uint64, persist bool, tc, next int64) error {
 			if err := w.syncLog(s.log); err != nil {
 				// The log refuses every later Append and Sync, and every
 				// later Open of its directory: no recovery can replay it.
-				err = fmt.Errorf("%w: source %q task %v: syncing its log %s failed, so the records it holds may not be on disk and cannot be replayed exactly once: %w",
-					ErrSourceLogLost, w.job.Procs[s.id.Processor].Name, s.id, s.log.Dir(), err)
+				err = w.errLogLost(s.id, s.log, "syncing it", err)
 				if w.lostLog == nil {
 					w.lostLog = err
 				}
