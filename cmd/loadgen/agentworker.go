@@ -20,7 +20,8 @@ package main
 //
 // and the agent SIGKILLs that node's worker. Once a job can no longer be
 // resumed, the coordinator has each agent that ran its workers remove the
-// job's directory, on a connection of its own too:
+// job's directory (and a coordinator that starts over has every agent
+// remove the job it discards), on a connection of its own too:
 //
 //	drop {worker plan: job}         dropped
 //
@@ -338,13 +339,19 @@ func (l *agentLauncher) dropJob(ctx context.Context) (failed map[string]error) {
 		nodes = append(nodes, node)
 	}
 	l.mu.Unlock()
+	return l.drop(ctx, l.job, nodes)
+}
+
+// drop has the agents of nodes remove the directory of job, which need
+// not be l's, as dropJob does.
+func (l *agentLauncher) drop(ctx context.Context, job string, nodes []int) (failed map[string]error) {
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
 	)
 	for _, node := range nodes {
 		wg.Go(func() {
-			p := &control.WorkerPlan{Version: control.Version, Job: l.job, Node: node}
+			p := &control.WorkerPlan{Version: control.Version, Job: job, Node: node}
 			cc, _, err := l.roundTrip(ctx, node, control.Msg{Kind: control.KindDrop, Worker: p}, control.KindDropped)
 			if err == nil {
 				cc.Close()

@@ -177,6 +177,23 @@ func TestAJobOnAgentsLeavesItsDataThereOnlyWhileItCanBeResumed(t *testing.T) {
 				msg, filepath.Base(held[0]))
 		}
 	})
+
+	t.Run("an interrupted job that a start-over discards is removed from its agents", func(t *testing.T) {
+		addrs, dirs := engineAgents(t, bin, 2)
+		data := filepath.Join(t.TempDir(), "coordinator")
+		interrupt(t, addrs, dirs, "--data-dir", data)
+		if held := jobDirs(t, dirs); len(held) != len(dirs) {
+			t.Fatalf("the agents hold %q; want the interrupted job's directory on each of them", held)
+		}
+		// Its journal, the only record of its name on the agents, goes:
+		// nothing could drop it later.
+		if cfg := wordcount(t, addrs, filepath.Join(t.TempDir(), "counts.tsv"), "--data-dir", data, "--start-over"); cfg["resumed"] != nil {
+			t.Errorf("the run that started over resumed: config %v", cfg)
+		}
+		if held := jobDirs(t, dirs); len(held) > 0 {
+			t.Errorf("the agents still hold data after the start-over completed: %q", held)
+		}
+	})
 }
 
 // TestAFailedDropIsAWarningThatNamesTheAgent: an agent that cannot be

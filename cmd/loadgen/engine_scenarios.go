@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,7 +53,8 @@ func (c *engineConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.nodes, "nodes", 1, "engine scenarios: OS processes to place tasks in (1: this process)")
 	fs.StringVar(&c.dir, "data-dir", "", "engine scenarios: directory for the coordinator's journal, source logs and checkpoints (default: a temporary one);\n"+
 		"a directory that holds the same job resumes it from its last completed checkpoint")
-	fs.BoolVar(&c.startOver, "start-over", false, "engine scenarios: discard what --data-dir holds instead of resuming it or refusing another job's")
+	fs.BoolVar(&c.startOver, "start-over", false, "engine scenarios: discard what --data-dir holds instead of resuming it or refusing another job's;\n"+
+		"coordinate first has the agents remove that job's workers' logs and checkpoints, and fails, discarding nothing, when one cannot")
 	fs.DurationVar(&c.ckptEvery, "checkpoint-every", time.Second, "engine scenarios: wall time between checkpoints")
 	fs.IntVar(&c.parallelism, "parallelism", 2, "engine scenarios: tasks of each processor after the source")
 	fs.IntVar(&c.maxRestarts, "max-restarts", 100, "engine scenarios: recoveries allowed per minute before the run fails (0: none)")
@@ -188,6 +190,13 @@ func runEngine(ctx context.Context, spec jobs.Spec, ec engineConfig, tc transpor
 	if err != nil {
 		return nil, 0, err
 	}
+	if ec.startOver && ec.dir != "" {
+		// Now, while the journal the coordinator discards still names the
+		// previous job on the agents.
+		if err := dropPreviousJob(ctx, ec.agents, ec.dir, !ec.sync, stderr); err != nil {
+			return nil, 0, err
+		}
+	}
 	defer metricsHub.add(c)()
 	*prog = bench.NewProgress(stderr, c.Processed(), rec)
 	start := time.Now()
@@ -229,6 +238,129 @@ func dropAgentJob(ctx context.Context, l *agentLauncher, completed bool, dir str
 		}
 	}
 	return kept
+}
+
+// dropPreviousJob has l's agents drop the job whose journal dir holds, which
+// --start-over is about to discard: the journal is the only record of the
+// job's name on the agents, so once it is gone nothing could ever drop the
+// logs and checkpoints the job's workers keep there. It asks every agent
+// of this run (the previous job's are not recorded: with the same
+// --agents, they are these), an agent that never held the job answers as
+// one that dropped it, and a job that ran no worker on agents, or no
+// journal, asks nothing.
+//
+// An agent that fails to drop the job (unreachable, a worker of the job
+// still runs there) fails the start-over before anything is discarded, with
+// a *startOverError: the journal stays, so that the same command, run
+// again, drops the job where it is left; dropping is idempotent. Warning
+// and starting over instead would forget the job's name, leaving its data
+// for good, which is what this is for; and an unreachable agent would fail
+// the new job anyway, after its start-over. So would a journal another
+// coordinator has open: that is refused here, before its job is dropped,
+// and the journal stays locked while the agents drop it, so that no
+// coordinator resumes it meanwhile. Without l (loadgen run), nothing can
+// reach the agents: a previous job that ran on them is a warning.
+func dropPreviousJob(ctx context.Context, l *agentLauncher, dir string, noSync bool, stderr io.Writer) error {
+	who := "loadgen coordinate"
+	if l == nil {
+		who = "loadgen run"
+	}
+	path := filepath.Join(dir, engine.JournalFile)
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	j, err := journal.Open(path, journal.Options{NoSync: noSync})
+	var st journal.State
+	switch {
+	case errors.Is(err, journal.ErrLocked):
+		return err
+	case err != nil:
+		// A damaged journal, which the start-over discards: its job
+		// record, the first, may still be intact.
+		st, _ = journal.Read(path)
+	default:
+		defer j.Close()
+		st = j.State()
+	}
+	var prev jobConfig
+	if st.Job == nil || json.Unmarshal(st.Job.Config, &prev) != nil {
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: warning: --start-over discards %s, whose job cannot be read (%v): if it ran on agents, its workers' logs and checkpoints stay there, in a job-<id> directory under their --data-dir\n",
+				who, path, err)
+		}
+		return nil
+	}
+	if prev.AgentJob == "" {
+		return nil
+	}
+	if err := (&control.WorkerPlan{Version: control.Version, Job: prev.AgentJob}).ValidateDrop(); err != nil {
+		fmt.Fprintf(stderr, "%s: warning: the job --start-over discards from %s names its directories on the agents %q, which no drop takes (%v): they stay on the agents\n",
+			who, dir, prev.AgentJob, err)
+		return nil
+	}
+	if l == nil {
+		fmt.Fprintf(stderr, "%s: warning: the job --start-over discards from %s ran its workers on agents, which this command does not reach: their logs and checkpoints stay there, in %s under each agent's --data-dir (remove it there)\n",
+			who, dir, prev.AgentJob)
+		return nil
+	}
+	nodes := make([]int, len(l.agents))
+	for i := range nodes {
+		nodes[i] = i
+	}
+	if failed := l.drop(ctx, prev.AgentJob, nodes); len(failed) > 0 {
+		e := &startOverError{Dir: dir, Job: prev.AgentJob, Failed: failed}
+		for _, a := range l.agents {
+			if failed[a] == nil {
+				e.Dropped = append(e.Dropped, a)
+			}
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w before the job started: %w", errInterrupted, e)
+		}
+		return e
+	}
+	fmt.Fprintf(stderr, "%s: --start-over: the agents dropped job %s, the previous job in %s\n", who, prev.AgentJob, dir)
+	if st.Job.Nodes != len(l.agents) {
+		fmt.Fprintf(stderr, "%s: warning: job %s, the previous job in %s, ran %d workers, on agents of its own --agents; only these %d were asked to drop it, and one it ran on that is not among them keeps its logs and checkpoints in %s under its --data-dir (remove it there)\n",
+			who, prev.AgentJob, dir, st.Job.Nodes, len(l.agents), prev.AgentJob)
+	}
+	return nil
+}
+
+// startOverError is a --start-over refused before it discarded anything:
+// agents failed to drop the previous job in Dir, Job on the agents.
+type startOverError struct {
+	Dir, Job string
+	Failed   map[string]error // by agent
+	Dropped  []string         // the agents that dropped it
+}
+
+func (e *startOverError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "--start-over: job %s, the previous job in %s, could not be dropped on every agent: ", e.Job, e.Dir)
+	for i, err := range e.Unwrap() {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	fmt.Fprintf(&b, "; nothing was discarded: its journal stays in %s, so that this command, run again once those agents can drop the job, drops it where it is left", e.Dir)
+	if len(e.Dropped) > 0 {
+		fmt.Fprintf(&b, " (it is gone from %s already, so it can no longer be resumed)", strings.Join(e.Dropped, ", "))
+	}
+	fmt.Fprintf(&b, "; to start over anyway, leaving its workers' logs and checkpoints in %s under the --data-dir of the agents named, remove %s",
+		e.Job, filepath.Join(e.Dir, engine.JournalFile))
+	return b.String()
+}
+
+// Unwrap returns why each agent failed, in the order of their addresses.
+func (e *startOverError) Unwrap() []error {
+	agents := slices.Sorted(maps.Keys(e.Failed))
+	errs := make([]error, len(agents))
+	for i, a := range agents {
+		errs[i] = e.Failed[a]
+	}
+	return errs
 }
 
 // engineInterrupted is the error of an engine run whose context ended
