@@ -565,7 +565,7 @@ func agentCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		strconv.Itoa(control.MaxOpeningLine>>10)+" KiB until then.", stderr)
 	listen := fs.String("listen", "127.0.0.1:7500", "control address to listen on for coordinators")
 	dataListen := fs.String("data-listen", "", "data address to receive on, and the host engine workers listen on (default: the address the coordinator reached, any port)")
-	workDir := fs.String("data-dir", "", "directory for the logs and checkpoints of the engine workers this agent runs, in job-<id>/node<k>: kept while their job can be resumed (its coordinator has a --data-dir), removed at the coordinator's word once it cannot (it completed, or its coordinator had no --data-dir) (default: a temporary one, removed when the agent stops)")
+	workDir := fs.String("data-dir", "", "directory for the logs and checkpoints of the engine workers this agent runs, in job-<id>/node<k>: kept while their job can be resumed (its coordinator has a --data-dir), removed at the coordinator's word once it cannot (it completed, its coordinator had no --data-dir, or a coordinator started over from that --data-dir) (default: a temporary one, removed when the agent stops)")
 	var sec nodeFlags
 	sec.register(fs)
 	sec.registerMetrics(fs)

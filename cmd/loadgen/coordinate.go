@@ -595,7 +595,9 @@ func coordinateCmd(ctx context.Context, args []string, stdout, stderr io.Writer)
 		"'loadgen agent -h', --data-dir), its journal in this process's --data-dir. Once\n"+
 		"the job cannot be resumed (it completed, or it ended and this process had no\n"+
 		"--data-dir), the agents remove its directories, and a completed job's journal\n"+
-		"goes too; an agent that fails to is a warning, naming it.\n"+
+		"goes too; an agent that fails to is a warning, naming it. With --start-over,\n"+
+		"the agents first remove the job --data-dir held; an agent that cannot fails\n"+
+		"the run, naming it, before anything is discarded.\n"+
 		"A flag of another scenario is refused, as 'loadgen run' refuses it.\n"+
 		"Interrupted (Ctrl-C), a run has no report (the agents report only at its end,\n"+
 		"the engine only a completed job), says so (and where an engine job's data is),\n"+
