@@ -172,23 +172,11 @@ func TestAStartOverTheAgentsCannotDropDiscardsNothing(t *testing.T) {
 		if !errors.Is(err, errAgentUnreachable) {
 			t.Fatalf("coordinate returned %v, want errAgentUnreachable", err)
 		}
-		msg := err.Error()
-		t.Logf("coordinate: %v", err)
-		for _, want := range []string{gone, job, data, "nothing was discarded"} {
-			if !strings.Contains(msg, want) {
-				t.Errorf("the error %q does not say %q", msg, want)
-			}
-		}
 		// The reachable agent dropped it: the job cannot be resumed
 		// any more, and the error says so.
+		wantRefused(t, err, data, job, gone, "can no longer be resumed", up.addr)
 		if exists(t, dir) {
 			t.Errorf("the reachable agent still holds %s", dir)
-		}
-		if !strings.Contains(msg, "can no longer be resumed") || !strings.Contains(msg, up.addr) {
-			t.Errorf("the error %q does not say that agent %s dropped the job, which can no longer be resumed", msg, up.addr)
-		}
-		if got := journaledJob(t, data); got != job {
-			t.Errorf("the journal in %s now holds job %q, want the previous job %s, kept", data, got, job)
 		}
 	})
 
@@ -205,21 +193,12 @@ func TestAStartOverTheAgentsCannotDropDiscardsNothing(t *testing.T) {
 		if !errors.Is(err, errAgentFailed) {
 			t.Fatalf("coordinate returned %v, want errAgentFailed", err)
 		}
-		msg := err.Error()
-		t.Logf("coordinate: %v", err)
-		for _, want := range []string{busy.addr, job, data, "still run", "nothing was discarded"} {
-			if !strings.Contains(msg, want) {
-				t.Errorf("the error %q does not say %q", msg, want)
-			}
-		}
+		wantRefused(t, err, data, job, busy.addr, "still run")
 		if !exists(t, dir1) {
 			t.Errorf("%s, where a worker of the job runs, is gone", dir1)
 		}
 		if exists(t, dir0) {
 			t.Errorf("the agent that could drop the job still holds %s", dir0)
-		}
-		if got := journaledJob(t, data); got != job {
-			t.Errorf("the journal in %s now holds job %q, want the previous job %s, kept", data, got, job)
 		}
 	})
 
@@ -243,6 +222,23 @@ func TestAStartOverTheAgentsCannotDropDiscardsNothing(t *testing.T) {
 			}
 		}
 	})
+}
+
+// wantRefused checks a start-over refused before it discarded anything:
+// the error err names the directory data, the job and each of says, and
+// the journal in data still holds job.
+func wantRefused(t *testing.T, err error, data, job string, says ...string) {
+	t.Helper()
+	msg := err.Error()
+	t.Logf("coordinate: %v", err)
+	for _, want := range append([]string{job, data, "nothing was discarded"}, says...) {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the error %q does not say %q", msg, want)
+		}
+	}
+	if got := journaledJob(t, data); got != job {
+		t.Errorf("the journal in %s now holds job %q, want the previous job %s, kept", data, got, job)
+	}
 }
 
 // TestAStartOverOfAJobOnAgentsWithoutThemIsAWarning: loadgen run, which
