@@ -234,6 +234,9 @@ func (c *conn) handshake(b []byte) (off int, open, ok bool) {
 	if c.faults != nil {
 		c.faults.arm()
 	}
+	if hook := testHookHandshakeOpened.Load(); hook != nil {
+		(*hook)(c)
+	}
 	if c.peer != nil {
 		c.peer.attach(c)
 	}
@@ -288,6 +291,10 @@ func (c *conn) setLink(lk link, fd int) bool {
 
 // testHookSetLink, set only by tests, runs as setLink begins.
 var testHookSetLink atomic.Pointer[func(*conn)]
+
+// testHookHandshakeOpened, set only by tests, runs in handshake between
+// opening the connection and attaching it to its peer.
+var testHookHandshakeOpened atomic.Pointer[func(*conn)]
 
 // close records why the connection ends and detaches it; the caller makes
 // the link close the socket (onTraffic returning false, or lk.Close).

@@ -212,11 +212,15 @@ func (p *Peer) OpenSenderEpoch(ctx context.Context, source, target taskid.ID, ep
 }
 
 // attach makes a freshly handshaken connection carry its slot's channels.
-// It runs on the connection's loop.
+// It runs on the connection's loop. A connection closed meanwhile (by
+// another goroutine: a handshake timeout, Node.abort) is not attached:
+// close marks it closed before its detach takes p.mu, so under p.mu either
+// it is seen closed here, and detach counted or will count it among the
+// closed ones only, or detach has yet to run and will take it out.
 func (p *Peer) attach(c *conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.mu.closed {
+	if p.mu.closed || c.state.Load() == stClosed {
 		return
 	}
 	p.mu.conns[c.slot] = c

@@ -157,3 +157,65 @@ func TestTotalsCountAConnectionClosingDuringStatsOnce(t *testing.T) {
 		t.Errorf("after the close the node counts %d messages out, want %d", again, n)
 	}
 }
+
+// TestPeerForgetsAConnectionClosedBeforeItAttached closes a dialed
+// connection, from another goroutine as a handshake timeout or a shutdown
+// would, after its handshake opened it and before it attached to its peer:
+// the peer, which counted it among the closed ones when it detached, must
+// not then take it for up, nor count its traffic a second time (and again
+// drop it, a counter going back, once a redial takes its slot).
+func TestPeerForgetsAConnectionClosedBeforeItAttached(t *testing.T) {
+	rx := listeningNode(t, nil)
+	tx := testNode(t, WithReconnectBackoff(time.Hour, time.Hour)) // no redial during the test
+	opened := make(chan *conn, 1)
+	hook := func(c *conn) {
+		if c.node != tx {
+			return // rx's end
+		}
+		testHookHandshakeOpened.Store(nil) // tx's first connection only
+		go tx.abort(c, errors.New("closed by the test"))
+		<-c.done // closed, and detached from its peer
+		opened <- c
+	}
+	testHookHandshakeOpened.Store(&hook)
+	t.Cleanup(func() { testHookHandshakeOpened.Store(nil) })
+	p, err := tx.Peer(rx.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c *conn
+	select {
+	case c = <-opened:
+	case <-ctxT(t, 20*time.Second).Done():
+		t.Fatal("no connection finished its handshake")
+	}
+	// handshake pings right after attach: once it has, attach has run.
+	deadline := time.Now().Add(20 * time.Second)
+	for c.lastPing.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the handshake never went on past attach")
+		}
+		time.Sleep(time.Millisecond)
+	}
+
+	p.mu.Lock()
+	for slot, x := range p.mu.conns {
+		if x == c {
+			t.Errorf("slot %d holds the connection closed before it attached", slot)
+		}
+	}
+	p.mu.Unlock()
+	if p.Connected() {
+		t.Error("peer connected, with its only connection closed")
+	}
+	ps, closed := peerStats(t, tx), tx.Stats().Closed
+	if ps.Up != 0 {
+		t.Errorf("peer counts %d connections up, want 0", ps.Up)
+	}
+	// tx only dials, and its one connection is closed: the peer's traffic
+	// is what the node counts over its closed connections.
+	if ps.Traffic.WireIn != closed.WireIn || ps.Traffic.WireOut != closed.WireOut || ps.Traffic.CtrlFrames != closed.CtrlFrames {
+		t.Errorf("peer traffic %d bytes in, %d out, %d control frames; the node's closed connections %d, %d, %d",
+			ps.Traffic.WireIn, ps.Traffic.WireOut, ps.Traffic.CtrlFrames, closed.WireIn, closed.WireOut, closed.CtrlFrames)
+	}
+}
