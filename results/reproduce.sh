@@ -73,3 +73,6 @@ results/window-and-acks/reproduce.sh
 results/serve-send/reproduce.sh
 results/driver-clock/reproduce.sh
 results/cpu-budget/reproduce.sh
+# Issue 14 on the Intel Xeon VM: serve and send with each process at one P or
+# two, alternating (about thirty seconds a round, three rounds).
+results/bench-intel-xeon/gomaxprocs/gomaxprocs.sh 3 | tee results/bench-intel-xeon/gomaxprocs/out.txt
