@@ -298,10 +298,11 @@ var testHookHandshakeOpened atomic.Pointer[func(*conn)]
 
 // close records why the connection ends and detaches it; the caller makes
 // the link close the socket (onTraffic returning false, or lk.Close).
-// Safe to call more than once; the first reason wins.
-func (c *conn) close(err error) {
+// Safe to call more than once; the first reason wins, and close reports
+// whether it was this call's.
+func (c *conn) close(err error) bool {
 	if c.state.Swap(stClosed) == stClosed {
-		return
+		return false
 	}
 	c.mu.Lock()
 	c.fdMu.Lock() // waits for a direct write in progress
@@ -341,4 +342,5 @@ func (c *conn) close(err error) {
 		c.node.log.Warn("sluice: connection closed", "remote", c.remote, "node", fmt.Sprintf("%x", c.remoteID.Load()), "err", err)
 	}
 	close(c.done)
+	return true
 }

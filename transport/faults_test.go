@@ -2,6 +2,8 @@ package transport
 
 import (
 	"bytes"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -404,4 +406,64 @@ func FuzzParseFaults(f *testing.F) {
 			t.Fatalf("%q parsed as %+v (rest %q), written as %q, read back as %+v, %q, %v", s, got, rest, got.String(), back, rest2, err)
 		}
 	})
+}
+
+// TestResetsCountOnlyTheConnectionsAResetBroke closes the connection an
+// injected reset chose before the reset reaches it, as its peer, a timeout
+// or a shutdown may: nothing was injected into it, and Resets, which a
+// fault test reads to know that its resets happened, must not count it.
+func TestResetsCountOnlyTheConnectionsAResetBroke(t *testing.T) {
+	rx := listeningNode(t, nil)
+	tx := testNode(t, WithFaults(Faults{Reset: time.Millisecond, Seed: 1}), WithReconnectBackoff(time.Millisecond, time.Millisecond))
+	var mu sync.Mutex
+	var dialed []*conn
+	opened := func(c *conn) {
+		if c.node == tx {
+			mu.Lock()
+			dialed = append(dialed, c)
+			mu.Unlock()
+		}
+	}
+	testHookHandshakeOpened.Store(&opened)
+	t.Cleanup(func() { testHookHandshakeOpened.Store(nil) })
+	chosen := make(chan *conn, 1)
+	hook := func(c *conn) {
+		testHookResetChosen.Store(nil) // the first reset only
+		tx.abort(c, errors.New("closed by the test"))
+		chosen <- c
+	}
+	testHookResetChosen.Store(&hook)
+	t.Cleanup(func() { testHookResetChosen.Store(nil) })
+	if _, err := tx.Peer(rx.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-chosen:
+	case <-ctxT(t, 20*time.Second).Done():
+		t.Fatal("no reset chose a connection")
+	}
+	// A later reset breaks a redialed connection, for real.
+	injected := func() (n uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range dialed {
+			select {
+			case <-c.done:
+				if errors.Is(c.closeErr, errInjectedReset) {
+					n++
+				}
+			default:
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(20 * time.Second); injected() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no reset broke a connection")
+		}
+	}
+	tx.Abort() // no more resets; every connection has ended
+	if got, want := tx.Stats().Faults.Resets, injected(); got != want {
+		t.Errorf("Resets counts %d, but %d connections were broken by a reset", got, want)
+	}
 }

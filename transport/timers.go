@@ -2,6 +2,7 @@ package transport
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -287,11 +288,22 @@ func (t *timers) housekeep(now int64) {
 		}
 		if len(dialed) > 0 {
 			c := dialed[int(uint64(now)%uint64(len(dialed)))]
-			n.faultN.resets.Add(1)
+			if hook := testHookResetChosen.Load(); hook != nil {
+				(*hook)(c)
+			}
 			_ = c.lk.Execute(func() {
-				c.close(errInjectedReset)
+				// Counted only if the reset is what closes it: it may
+				// have closed since it was chosen (its peer, a timeout, a
+				// shutdown), and then nothing was injected.
+				if c.close(errInjectedReset) {
+					n.faultN.resets.Add(1)
+				}
 				_ = c.lk.Close()
 			})
 		}
 	}
 }
+
+// testHookResetChosen, set only by tests, runs once housekeep has chosen the
+// connection an injected reset breaks, before the reset reaches its loop.
+var testHookResetChosen atomic.Pointer[func(*conn)]
