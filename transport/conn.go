@@ -304,6 +304,12 @@ func (c *conn) close(err error) bool {
 	if c.state.Swap(stClosed) == stClosed {
 		return false
 	}
+	c.closeMarked(err)
+	return true
+}
+
+// closeMarked is close for the one caller that marked c closed.
+func (c *conn) closeMarked(err error) {
 	c.mu.Lock()
 	c.fdMu.Lock() // waits for a direct write in progress
 	if c.fd >= 0 {
@@ -342,5 +348,4 @@ func (c *conn) close(err error) bool {
 		c.node.log.Warn("sluice: connection closed", "remote", c.remote, "node", fmt.Sprintf("%x", c.remoteID.Load()), "err", err)
 	}
 	close(c.done)
-	return true
 }

@@ -234,6 +234,10 @@ func (t *timers) run() {
 	}
 }
 
+// testHookHandshakeExpired, set only by tests, runs in housekeep for each
+// connection found past its handshake timeout, before it is closed.
+var testHookHandshakeExpired atomic.Pointer[func(*conn)]
+
 // housekeep closes connections that never finished their handshake or went
 // idle, pings open ones, and injects connection resets.
 func (t *timers) housekeep(now int64) {
@@ -251,8 +255,18 @@ func (t *timers) housekeep(now int64) {
 	}
 	t.mu.Unlock()
 	for _, c := range expired {
+		if hook := testHookHandshakeExpired.Load(); hook != nil {
+			(*hook)(c)
+		}
+		// Only a connection still shaking hands times out: since the
+		// look above, its loop may have opened it (and attached it to
+		// its peer) or closed it for a fault, counted already.
+		if !c.state.CompareAndSwap(stHandshake, stClosed) {
+			continue
+		}
 		n.sec.handshakeTimeouts.Add(1)
-		n.abort(c, ErrHandshakeTimeout)
+		c.closeMarked(ErrHandshakeTimeout)
+		n.abort(c, ErrHandshakeTimeout) // closes its link
 	}
 
 	n.mu.Lock()
