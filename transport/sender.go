@@ -625,13 +625,14 @@ func (ch *channel) tick(now int64) {
 		return
 	}
 	c, num := ch.mu.conn, ch.mu.num
-	var buf [4]lossdetect.AckRequest
 	var reqs []lossdetect.AckRequest
 	if c != nil {
-		reqs = append(buf[:0], ch.mu.src.Tick(now).Requests...)
+		reqs = ch.mu.src.Tick(now).Requests
 	}
-	ch.scheduleLocked(now)
-	ch.mu.Unlock()
+	// The requests are queued under ch.mu (before c.mu in the lock order):
+	// a Sender.Close after its release would otherwise queue the channel's
+	// CLOSE in front of them, and the receiver, which forgets the number
+	// at the CLOSE, closes the connection over a frame for it.
 	for _, req := range reqs {
 		if req.Open {
 			c.sendCtrl(func(b []byte) []byte { return ch.appendOpenNum(b, num, req) })
@@ -641,7 +642,16 @@ func (ch *channel) tick(now int64) {
 			})
 		}
 	}
+	ch.scheduleLocked(now)
+	ch.mu.Unlock()
+	if hook := testHookTicked.Load(); hook != nil {
+		(*hook)(ch, len(reqs))
+	}
 }
+
+// testHookTicked, set only by tests, runs in tick once the channel's lock
+// is released, with the number of requests the tick had to send.
+var testHookTicked atomic.Pointer[func(ch *channel, reqs int)]
 
 func (ch *channel) appendAckRequest(b []byte, req lossdetect.AckRequest) []byte {
 	return wire.AppendAckRequest(b, wire.AckRequest{Channel: ch.mu.num, Epoch: req.Epoch, Seq: req.Seq})

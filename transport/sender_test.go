@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,5 +151,80 @@ func recordNumbers(rx *Node) (received func() []uint64) {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(got)
+	}
+}
+
+// A channel closed while the node's timer is ticking it, between the
+// timer's look at its connection and number and the ACKREQUEST (or OPEN)
+// the tick sends there, does not have that frame follow its CLOSE: the
+// receiver, which forgot the number at the CLOSE, took it for a protocol
+// error and closed the connection, and every channel on it had to
+// reconnect.
+func TestAChannelClosedAsItTicksSendsNothingAfterItsClose(t *testing.T) {
+	rx, tx, p := newPair(t, nil, nil)
+	ctx := ctxT(t, 20*time.Second)
+	src, quiet, busy := taskid.ID{Index: 1}, taskid.ID{Processor: 1, Index: 1}, taskid.ID{Processor: 1, Index: 2}
+	// quiet has no handler: its message is never consumed, nor acknowledged.
+	if err := rx.Handle(busy, func(taskid.Channel, uint64, []Message) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.OpenSender(ctx, src, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(ctx, 0, []byte("unacknowledged")); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		s.ch.mu.Lock()
+		sent := s.ch.mu.src.UnsentBytes() == 0
+		s.ch.mu.Unlock()
+		if sent {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the message was never sent")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	p.mu.Lock()
+	c := p.mu.conns[0]
+	p.mu.Unlock()
+
+	var closed atomic.Bool
+	hook := func(ch *channel, reqs int) {
+		if ch == s.ch && reqs > 0 && !closed.Swap(true) {
+			_ = s.Close()
+		}
+	}
+	testHookTicked.Store(&hook)
+	t.Cleanup(func() { testHookTicked.Store(nil) })
+	s.ch.tick(tx.now() + int64(time.Hour)) // long quiet: an ACKREQUEST is due
+	if !closed.Load() {
+		t.Fatal("no tick had a request to send")
+	}
+
+	// What follows on the connection: the receiver reads it after the
+	// CLOSE and whatever the tick sent.
+	s2, err := p.OpenSender(ctx, src, busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Send(ctx, 0, []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := rx.Stats().Refused.ProtocolErrors; n != 0 {
+		t.Errorf("the receiver counts %d protocol errors", n)
+	}
+	select {
+	case <-c.done:
+		t.Errorf("the connection closed: %v", c.closeErr)
+	default:
 	}
 }
