@@ -16,7 +16,8 @@ import (
 // Faults describes the faults a node injects into its connections, like
 // Aeron's loss generators and Linux's netem: seeded, so a failing run can be
 // repeated (each connection draws from a generator seeded with Seed and its
-// own number, so a run with the same traffic injects the same faults). The
+// own number, so a run with the same traffic injects the same frame faults;
+// which connection a Reset breaks follows the clock, not the seed). The
 // zero value injects nothing.
 //
 // Only DATA frames and the frames of flow control and liveness (ACKREQUEST,
@@ -30,7 +31,7 @@ type Faults struct {
 	Drop     float64       // probability that a DATA frame is dropped
 	CtrlDrop float64       // probability that an ACKREQUEST, ACK, PING or PONG is dropped
 	Dup      float64       // probability that a DATA or control frame is sent twice
-	Reset    time.Duration // break one connection abruptly every Reset (0: never)
+	Reset    time.Duration // break one dialed connection abruptly every Reset, at most once per 20 ms (0: never)
 
 	// Delay holds each frame Delay, plus or minus up to Jitter (uniform),
 	// before it goes out; a frame never overtakes the one before it.
