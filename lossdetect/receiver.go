@@ -40,8 +40,19 @@ type Receiver struct {
 	openPending bool
 	openSeq     uint64
 
+	// skips are the seqs OPENs of the current epoch skipped past messages
+	// accepted but not yet consumed, in order: consumption passes over each
+	// once the task has consumed everything below it, so that no answer
+	// covers those messages before the task has them. Each follows at
+	// least one such message (OPENs that skip with none between extend the
+	// last), so they are no more than what waits for the task.
+	skips []skip
+
 	stats ReceiverStats
 }
+
+// skip is the seqs from through to-1, which the source dropped.
+type skip struct{ from, to uint64 }
 
 // NewReceiver returns a Receiver that has not seen any OPEN: it drops data and
 // requests as [Unopened] until one arrives.
@@ -79,8 +90,10 @@ func (r *Receiver) check(epoch uint64) (Verdict, bool) {
 // message the receiver has not acknowledged (firstSeq <= next). A firstSeq
 // beyond next means the source dropped the messages between (it closed the
 // channel without waiting for them) and opened it again where it left off:
-// next and consumed move up to firstSeq, as on a new epoch, and the seqs
-// skipped are counted. In every accepted case an Open ack becomes pending
+// next moves up to firstSeq, and consumption passes over the seqs skipped
+// once the task has consumed what was accepted before them (at once if it
+// has), so that the OPEN's answer covers no message still waiting for the
+// task; the seqs skipped are counted. In every accepted case an Open ack becomes pending
 // (see [Receiver.Answer]).
 func (r *Receiver) OnOpen(epoch, firstSeq uint64) Verdict {
 	if r.open && epoch < r.epoch {
@@ -95,9 +108,18 @@ func (r *Receiver) OnOpen(epoch, firstSeq uint64) Verdict {
 		r.open, r.epoch = true, epoch
 		r.next, r.consumed, r.lastNext = firstSeq, firstSeq, firstSeq
 		r.reqPending = false
+		r.skips = r.skips[:0]
 	case firstSeq > r.next:
 		r.stats.Skipped += firstSeq - r.next
-		r.next, r.consumed, r.lastNext = firstSeq, firstSeq, firstSeq
+		switch n := len(r.skips); {
+		case r.consumed == r.next:
+			r.consumed, r.lastNext = firstSeq, firstSeq
+		case n > 0 && r.skips[n-1].to == r.next:
+			r.skips[n-1].to = firstSeq
+		default:
+			r.skips = append(r.skips, skip{r.next, firstSeq})
+		}
+		r.next = firstSeq
 		r.reqPending = false
 	}
 	r.stats.Opens++
@@ -162,6 +184,12 @@ func (r *Receiver) OnAckRequest(epoch, seq uint64) Verdict {
 func (r *Receiver) Consumed(through uint64) {
 	through = min(through, r.next)
 	r.consumed = max(r.consumed, through)
+	for len(r.skips) > 0 && r.consumed >= r.skips[0].from {
+		s := r.skips[0]
+		r.consumed = max(r.consumed, s.to)
+		r.lastNext += s.to - s.from // Count is of messages the task consumed
+		r.skips = r.skips[1:]
+	}
 }
 
 // Answer returns the ack to send now, if any, and clears what it answers.
