@@ -152,6 +152,7 @@ func (h *processHandle) restart(ctx context.Context) error {
 func (h *processHandle) read(proc WorkerProcess, sc *bufio.Scanner, exited chan struct{}, life uint64) {
 	defer close(exited)
 	broke := ""
+	var failed uint64 // the generation of the last task failure passed on
 	for {
 		r, ok, why := readResponse(sc, h.node)
 		if !ok {
@@ -159,6 +160,18 @@ func (h *processHandle) read(proc WorkerProcess, sc *bufio.Scanner, exited chan 
 			break
 		}
 		if r.Event != nil {
+			// The coordinator fails a generation at its first failure and
+			// uses no other of its failures; a node whose tasks fail by
+			// the hundred (a bad record broadcast to a wide processor)
+			// would fill its queue, which nobody reads while the recovery
+			// calls the nodes, and this loop, blocked on it, would read
+			// no answer: every such call (stop, start) waited out
+			// callTimeout. One failure per generation is passed on, and
+			// each that marks a lost log, which ends the run.
+			if ev := r.Event; ev.Gen != 0 && ev.Gen == failed && !ev.LogLost {
+				continue
+			}
+			failed = r.Event.Gen
 			select {
 			case h.events <- *r.Event:
 			case <-h.quit:

@@ -299,3 +299,44 @@ func runCountingRecoveries(t *testing.T, job *Job, cfg Config) (int32, error) {
 	_, err = c.Run(ctx)
 	return recoveries.Load(), err
 }
+
+// TestANodeWhoseTasksFailByTheHundredStillAnswersCalls: a node whose
+// tasks all fail in one generation (a bad record broadcast to a wide
+// processor) reports more failures before its answer to the recovery's
+// "stop" than the coordinator's queue of events holds, and nobody reads
+// that queue while the recovery calls the nodes. The handle passes on the
+// first failure of the generation, and the one that marks a lost log,
+// and the call gets its answer. It used to block handing the second
+// failure to the full queue, reading no answer: the call, and the
+// recovery, waited out callTimeout (a minute) on every node.
+func TestANodeWhoseTasksFailByTheHundredStillAnswersCalls(t *testing.T) {
+	proc := newPipeProcess()
+	launch := func(context.Context, int, string) (WorkerProcess, error) { return proc, nil }
+	proc.serve(func(req Request) string {
+		var b strings.Builder
+		for i := range 300 {
+			fmt.Fprintf(&b, `{"id":0,"event":{"gen":1,"task":"1.%d","err":"bad record"}}`+"\n", i)
+		}
+		fmt.Fprintf(&b, `{"id":0,"event":{"gen":1,"task":"0.0","err":"lost","log_lost":true}}`+"\n")
+		fmt.Fprintf(&b, `{"id":%d}`, req.ID)
+		return b.String()
+	})
+	// The coordinator's queue, which the test does not read during the call.
+	events := make(chan Event, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard, far beyond any wait
+	defer cancel()
+	h, err := newProcessHandle(ctx, launch, 0, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.close()
+	if _, err := h.do(ctx, Request{Op: "stop"}); err != nil {
+		t.Fatalf("the stop call ended with %v, want its answer", err)
+	}
+	if ev := <-events; ev.Task != "1.0" || ev.LogLost {
+		t.Errorf("first event %+v, want the generation's first failure", ev)
+	}
+	if ev := <-events; ev.Task != "0.0" || !ev.LogLost {
+		t.Errorf("second event %+v, want the lost log", ev)
+	}
+}
