@@ -658,8 +658,10 @@ func (c *Coordinator) progressed(m int64, now time.Time, res *Result) {
 	}
 }
 
-// restorableCheckpoints is how many checkpoints per task the workers'
-// checkpoint stores keep (checkpoint.DefaultConfig().Keep).
+// restorableCheckpoints is how many completed checkpoints recovery may
+// choose from. The workers' checkpoint stores keep one more per task (see
+// NewWorker): the checkpoint being saved, which may complete on some nodes
+// only, must not push out the oldest of these.
 const restorableCheckpoints = 2
 
 // rampStart is how much smaller than the learned interval the first step

@@ -58,9 +58,11 @@
 // fsync their logs, and, since no message at or beyond the horizon exists
 // yet, the checkpoint copy becomes a copy of the current state for the next
 // Tc; then the coordinator raises the horizon and sources delete log
-// segments older than the oldest checkpoint recovery may still choose (the
-// stores keep two per task, so that a corrupt newest file leaves an older
-// one the logs can replay from). The interval, in timestamp units, adapts
+// segments, and stateful tasks' checkpoints, older than the oldest
+// checkpoint recovery may still choose (the last two completed, so that a
+// corrupt newest file leaves an older one the logs can replay from; a
+// checkpoint saved on some nodes only, which never completed, deletes
+// neither). The interval, in timestamp units, adapts
 // so that checkpoints come about every [Config.CheckpointEvery] of wall
 // time, or a quarter of the time between failures when they come more
 // often. Sources are not checkpointed: a source's position is its state,

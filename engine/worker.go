@@ -135,7 +135,11 @@ func NewWorker(job *Job, cfg WorkerConfig) (*Worker, error) {
 		return nil, err
 	}
 	ccfg := checkpoint.DefaultConfig()
-	ccfg.NoSync, ccfg.Logger, ccfg.Keep = cfg.NoSync, lg, restorableCheckpoints
+	// Save keeps, beside the checkpoint it saves, the ones recovery may
+	// still choose: a save can complete on this node and never on another
+	// one, and the coordinator then still counts on the oldest. Commit
+	// deletes those below the oldest recovery may choose.
+	ccfg.NoSync, ccfg.Logger, ccfg.Keep = cfg.NoSync, lg, restorableCheckpoints+1
 	cs, err := checkpoint.OpenConfig(filepath.Join(cfg.Dir, "checkpoints"), ccfg)
 	if err != nil {
 		lock.Close()
@@ -679,9 +683,10 @@ func (w *Worker) Horizon(gen uint64, h int64) error {
 }
 
 // Commit tells sources that no checkpoint older than keep will ever be
-// restored: their log segments older than keep are deleted. The
-// coordinator passes the oldest checkpoint that recovery may still choose,
-// not the newest, which a corrupt file can make unusable.
+// restored: their log segments older than keep are deleted, and so are
+// the stateful tasks' checkpoints older than keep. The coordinator passes
+// the oldest checkpoint that recovery may still choose, not the newest,
+// which a corrupt file can make unusable.
 func (w *Worker) Commit(gen uint64, keep int64) error {
 	inc, err := w.current(gen)
 	if err != nil {
@@ -690,6 +695,13 @@ func (w *Worker) Commit(gen uint64, keep int64) error {
 	w.reached("commit")
 	for _, s := range inc.sources {
 		s.pendingDelete.Store(keep)
+	}
+	for id, t := range inc.tasks {
+		if t.state != nil {
+			if err := w.ckpts.DiscardBefore(ckptName(id), keep); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

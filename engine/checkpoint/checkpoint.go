@@ -276,6 +276,30 @@ func (s *Store) DiscardAfter(task string, ts int64) error {
 	return nil
 }
 
+// DiscardBefore deletes task's checkpoints older than ts. The engine calls
+// it once no checkpoint older than ts will be restored.
+func (s *Store) DiscardBefore(task string, ts int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all, err := s.list()
+	if err != nil {
+		return err
+	}
+	removed := false
+	for _, t := range all[task] {
+		if t < ts {
+			if err := os.Remove(filepath.Join(s.dir, fileName(task, t))); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("checkpoint: %w", err)
+			}
+			removed = true
+		}
+	}
+	if removed {
+		return s.syncDir()
+	}
+	return nil
+}
+
 // List returns the timestamps of task's checkpoint files, newest first,
 // without verifying them.
 func (s *Store) List(task string) ([]int64, error) {
