@@ -225,29 +225,14 @@ func (s *Store) syncDir() error {
 
 // pruneLocked applies the retention rule of Save after task saved ts.
 func (s *Store) pruneLocked(task string, ts int64) error {
-	all, err := s.list()
-	if err != nil {
-		return err
-	}
 	older := 0
-	removed := false
-	for _, t := range all[task] { // newest first
-		drop := t > ts
+	return s.removeLocked(task, func(t int64) bool { // newest first
 		if t < ts {
 			older++
-			drop = older >= s.cfg.Keep
+			return older >= s.cfg.Keep
 		}
-		if drop {
-			if err := os.Remove(filepath.Join(s.dir, fileName(task, t))); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("checkpoint: %w", err)
-			}
-			removed = true
-		}
-	}
-	if removed {
-		return s.syncDir()
-	}
-	return nil
+		return t > ts
+	})
 }
 
 // DiscardAfter deletes task's checkpoints newer than ts. Recovery calls it
@@ -257,23 +242,7 @@ func (s *Store) pruneLocked(task string, ts int64) error {
 func (s *Store) DiscardAfter(task string, ts int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	all, err := s.list()
-	if err != nil {
-		return err
-	}
-	removed := false
-	for _, t := range all[task] {
-		if t > ts {
-			if err := os.Remove(filepath.Join(s.dir, fileName(task, t))); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("checkpoint: %w", err)
-			}
-			removed = true
-		}
-	}
-	if removed {
-		return s.syncDir()
-	}
-	return nil
+	return s.removeLocked(task, func(t int64) bool { return t > ts })
 }
 
 // DiscardBefore deletes task's checkpoints older than ts. The engine calls
@@ -281,18 +250,26 @@ func (s *Store) DiscardAfter(task string, ts int64) error {
 func (s *Store) DiscardBefore(task string, ts int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.removeLocked(task, func(t int64) bool { return t < ts })
+}
+
+// removeLocked deletes the checkpoints of task whose times drop says to,
+// asked newest first, and syncs the directory if it deleted any. The
+// caller holds s.mu.
+func (s *Store) removeLocked(task string, drop func(t int64) bool) error {
 	all, err := s.list()
 	if err != nil {
 		return err
 	}
 	removed := false
 	for _, t := range all[task] {
-		if t < ts {
-			if err := os.Remove(filepath.Join(s.dir, fileName(task, t))); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("checkpoint: %w", err)
-			}
-			removed = true
+		if !drop(t) {
+			continue
 		}
+		if err := os.Remove(filepath.Join(s.dir, fileName(task, t))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("checkpoint: %w", err)
+		}
+		removed = true
 	}
 	if removed {
 		return s.syncDir()
