@@ -233,11 +233,11 @@ func (c *conn) writeDirect(iov [][]byte, total int) bool {
 		_ = c.lk.Close()
 		return false
 	}
-	c.stats.direct.Add(1)
 	if n == total {
+		c.countOut(outCounts{direct: 1})
 		return true
 	}
-	c.stats.carried.Add(1)
+	c.countOut(outCounts{direct: 1, carried: 1})
 	for _, b := range iov {
 		if n >= len(b) {
 			n -= len(b)

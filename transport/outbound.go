@@ -9,6 +9,7 @@ package transport
 import (
 	"fmt"
 	"math"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/taskid"
@@ -309,7 +310,6 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 			}
 		}
 		iov = append(iov, frame)
-		c.stats.msgsOut.Add(uint64(b.msgs))
 	}
 	if len(b.reqs) > 0 {
 		iov = append(iov, b.reqs)
@@ -339,16 +339,74 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 	c.lastWrite.Store(c.node.now())
 	clear(o.iov[:cap(o.iov)])
 	o.policy.Flushed(now, total, cause)
-	c.stats.wireOut.Add(uint64(total))
-	c.stats.batches.Add(1)
+	if hook := testHookBatchWritten.Load(); hook != nil {
+		(*hook)(c, total)
+	}
+	w := outCounts{wire: uint64(total), batches: 1, flushed: true, cause: cause,
+		ctrlFrames: lossyCtrlFrames(o.ctrl) + lossyCtrlFrames(b.reqs)}
 	if data {
-		c.stats.dataFrames.Add(1)
+		w.msgs, w.dataFrames = uint64(b.msgs), 1
 	}
-	if n := lossyCtrlFrames(o.ctrl) + lossyCtrlFrames(b.reqs); n > 0 {
-		c.stats.ctrlFrames.Add(n)
-	}
-	c.stats.flushes[cause].Add(1)
+	c.countOut(w)
 	return total
+}
+
+// testHookBatchWritten, set only by tests, runs in writeBatch once a batch
+// of total bytes is written and before it is counted.
+var testHookBatchWritten atomic.Pointer[func(c *conn, total int)]
+
+// outCounts is what a write adds to its connection's outgoing counters.
+type outCounts struct {
+	msgs, wire, batches, dataFrames, ctrlFrames, direct, carried uint64
+	flushed                                                      bool // a batch cut for cause
+	cause                                                        batch.Cause
+}
+
+// countOut adds w to c's counters. A connection that another goroutine
+// closed while this one wrote to it (Node.abort, a handshake or idle
+// timeout, a housekeeping reset) had its counters summed into its peer's
+// and its node's closed totals as it closed (Peer.detach, Node.forget);
+// bytes the writer got out after that, which the link may still have
+// sent, would have been counted on the connection alone, in no total, and
+// a Stats that had read the connection live with them, and then the total
+// without them, would have seen its counters go back. So the counts are
+// added under c.mu, whose closed the close sets before it sums the
+// counters: before it, to the connection's counters, which the sums then
+// take; after it, to the closed totals themselves.
+func (c *conn) countOut(w outCounts) {
+	c.mu.Lock()
+	closed := c.mu.closed
+	if !closed {
+		s := &c.stats
+		s.msgsOut.Add(w.msgs)
+		s.wireOut.Add(w.wire)
+		s.batches.Add(w.batches)
+		s.dataFrames.Add(w.dataFrames)
+		s.ctrlFrames.Add(w.ctrlFrames)
+		s.direct.Add(w.direct)
+		s.carried.Add(w.carried)
+		if w.flushed {
+			s.flushes[w.cause].Add(1)
+		}
+	}
+	c.mu.Unlock()
+	if !closed {
+		return
+	}
+	late := ConnStats{MessagesOut: w.msgs, WireOut: w.wire, Batches: w.batches, DataFrames: w.dataFrames,
+		CtrlFrames: w.ctrlFrames, DirectWrites: w.direct, Carried: w.carried}
+	if w.flushed {
+		late.Flushes = map[string]uint64{w.cause.String(): 1}
+	}
+	if c.peer != nil {
+		c.peer.mu.Lock()
+		c.peer.mu.gone.add(late)
+		c.peer.mu.Unlock()
+	}
+	n := c.node
+	n.mu.Lock()
+	n.mu.gone.add(late)
+	n.mu.Unlock()
 }
 
 // outBatch is the batch a connection builds: its OPEN frames, one DATA

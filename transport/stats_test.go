@@ -219,3 +219,68 @@ func TestPeerForgetsAConnectionClosedBeforeItAttached(t *testing.T) {
 			ps.Traffic.WireIn, ps.Traffic.WireOut, ps.Traffic.CtrlFrames, closed.WireIn, closed.WireOut, closed.CtrlFrames)
 	}
 }
+
+// TestBytesWrittenAsAnotherGoroutineClosesTheConnectionAreCountedOnce
+// closes the dialed connection from another goroutine (as Node.abort, a
+// timeout or a reset would) between a writer's write of a batch and its
+// counting of it: the bytes it wrote must still count, once, in the peer's
+// traffic and in the node's totals (they counted on the closed connection
+// alone, which Stats no longer reads, so that a counter exported from the
+// totals missed them, or went back after a Stats that read the connection
+// live).
+func TestBytesWrittenAsAnotherGoroutineClosesTheConnectionAreCountedOnce(t *testing.T) {
+	rx, tx, p := newPair(t, nil, []Option{WithReconnectBackoff(time.Hour, time.Hour)}) // no redial
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	ctx := ctxT(t, 30*time.Second)
+	if err := p.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type written struct {
+		c      *conn
+		before uint64 // the connection's bytes out before the batch
+		total  int
+	}
+	got := make(chan written, 1)
+	hook := func(c *conn, total int) {
+		if c.node != tx {
+			return // rx's acks and pongs
+		}
+		testHookBatchWritten.Store(nil) // once
+		before := c.stats.wireOut.Load()
+		go tx.abort(c, errors.New("closed by the test"))
+		<-c.done // closed: detached from its peer, forgotten by its node
+		got <- written{c, before, total}
+	}
+	testHookBatchWritten.Store(&hook)
+	t.Cleanup(func() { testHookBatchWritten.Store(nil) })
+	if err := s.Send(ctx, 1, []byte("a message")); err != nil {
+		t.Fatal(err)
+	}
+	var w written
+	select {
+	case w = <-got:
+	case <-ctx.Done():
+		t.Fatal("no batch written")
+	}
+	// The writer holds wmu from the write to its counting: once it lets go,
+	// the batch is counted wherever it is.
+	w.c.wmu.Lock()
+	w.c.wmu.Unlock() //nolint:staticcheck // a fence
+	want := w.before + uint64(w.total)
+	// tx only dials, and its one connection is closed.
+	st := tx.Stats()
+	if len(st.Conns) != 0 {
+		t.Fatalf("%d connections open, want none", len(st.Conns))
+	}
+	if st.Closed.WireOut != want {
+		t.Errorf("the node's closed connections count %d bytes out; the connection wrote %d (%d before the batch written as it closed)", st.Closed.WireOut, want, w.before)
+	}
+	if ps := peerStats(t, tx); ps.Traffic.WireOut != want {
+		t.Errorf("the peer's traffic counts %d bytes out; its connection wrote %d (%d before the batch written as it closed)", ps.Traffic.WireOut, want, w.before)
+	}
+}
