@@ -265,6 +265,11 @@ type Coordinator struct {
 	// round against a message's hops, which a real round rarely lands
 	// between. It is set before Run and only read.
 	clockCall func(i int, call func() (Response, error)) (Response, error)
+	// killClaimed, nil outside tests, is called by Kill once it has
+	// claimed the running generation, before it kills the node; killWait,
+	// nil outside tests, when the end of a generation has to wait for a
+	// Kill in progress. Set before Run and only read.
+	killClaimed, killWait func()
 
 	// per worker cumulative counters, banked when a worker restarts
 	mu struct {
@@ -815,7 +820,8 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	c.gen.Store(gen)
-	defer c.gen.Store(0)
+	// However the generation ends, a Kill that claimed it lands first.
+	defer c.endGen(gen)
 	// The clock's rate is learned between two checkpoints of one
 	// generation at full step: the first after a start includes the
 	// start, and ramping steps measure the checkpoints' cost more than
@@ -846,6 +852,15 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 		c.statsClock(m, time.Now())
 		c.progressed(m, time.Now(), res)
 		if m == clock.Idle {
+			// Taken back from Kill before the results are collected: a
+			// kill claimed now would land after them, in a generation
+			// that ends without a recovery.
+			if killed, err := c.endGen(gen); err != nil || killed {
+				if err == nil {
+					err = c.cause(gen, fmt.Errorf("engine: a node of generation %d was killed", gen))
+				}
+				return nil, err
+			}
 			out := map[string][]byte{}
 			rs, err := c.all(ctx, Request{Op: "finish", Gen: gen})
 			if err != nil {
@@ -913,11 +928,52 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 	}
 }
 
+// endGen takes generation gen back from Kill: from then on a Kill fails,
+// killing nothing. Kill claims a generation and kills its node under hmu,
+// so a Kill that claimed gen may not have killed yet (its goroutine
+// descheduled between the two); endGen waits for it, so that the kill lands
+// in gen, which its failure then ends, and not after the run or in the
+// next generation (where it would be a second kill of that generation, or
+// count without a recovery of its own). It says whether a Kill claimed
+// gen, and returns the first failure of gen it read meanwhile. While it
+// waits it reads the events: a Kill may be waiting, holding hmu, to hand
+// its node's death to a full c.events (localHandle.kill). Events read here
+// are the ones the caller would take, or Run would drop after gen.
+func (c *Coordinator) endGen(gen uint64) (killed bool, failure error) {
+	unclaimed := make(chan bool, 1)
+	take := func() {
+		defer c.hmu.Unlock()
+		unclaimed <- c.gen.CompareAndSwap(gen, 0)
+	}
+	if c.hmu.TryLock() {
+		take()
+	} else {
+		if c.killWait != nil {
+			c.killWait()
+		}
+		go func() {
+			c.hmu.Lock()
+			take()
+		}()
+	}
+	for {
+		select {
+		case ok := <-unclaimed:
+			return !ok, failure
+		case ev := <-c.events:
+			if failure == nil && !c.stale(ev, gen) {
+				failure = ev.err()
+			}
+		}
+	}
+}
+
 // Kill kills node i abruptly, as a chaos driver does: a child process gets
 // SIGKILL, whatever it is doing (inside a checkpoint too); an in-process
 // worker stops its tasks and aborts its transport. The coordinator notices
 // the death and recovers. Kill fails, killing nothing, unless a generation
-// runs that no kill has hit yet: one kill, one failure, one recovery.
+// runs that no kill has hit yet: one kill, one failure, one recovery. A
+// generation that has reached the end of its input is no longer running.
 // Safe for concurrent use with Run.
 func (c *Coordinator) Kill(i int) error {
 	c.hmu.Lock()
@@ -927,6 +983,9 @@ func (c *Coordinator) Kill(i int) error {
 	}
 	if g := c.gen.Load(); g == 0 || !c.gen.CompareAndSwap(g, 0) {
 		return errors.New("engine: no generation runs that a kill has not hit")
+	}
+	if c.killClaimed != nil {
+		c.killClaimed()
 	}
 	if err := c.handles[i].kill(); err != nil {
 		return err
