@@ -83,6 +83,9 @@ type conn struct {
 		table *taskid.Table
 		byNum []*inChan
 		dbuf  []byte // decompressed DATA body
+		// counts is what the read callback under way has read, added to
+		// the connection's counters as it ends (conn.countIn)
+		counts inCounts
 	}
 	// inbound payload bytes not yet consumed by their target tasks
 	inbound atomic.Int64

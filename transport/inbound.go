@@ -54,7 +54,7 @@ func (c *conn) demux(f wire.Frame) error {
 			return err
 		}
 		if ic.stale {
-			c.stats.stale.Add(1)
+			c.in.counts.stale++
 			return nil
 		}
 		ic.rs.onAckRequest(c, r)
@@ -142,9 +142,9 @@ func (c *conn) readRuns(body []byte) error {
 		if err != nil {
 			return err
 		}
-		c.stats.msgsIn.Add(uint64(len(msgs)))
+		c.in.counts.msgs += uint64(len(msgs))
 		if ic.stale {
-			c.stats.stale.Add(uint64(len(msgs)))
+			c.in.counts.stale += uint64(len(msgs))
 			continue
 		}
 		if err := ic.rs.onRun(c, ic, h.FirstSeq, msgs); err != nil {

@@ -398,6 +398,12 @@ func (c *conn) countOut(w outCounts) {
 	if w.flushed {
 		late.Flushes = map[string]uint64{w.cause.String(): 1}
 	}
+	c.countClosed(late)
+}
+
+// countClosed adds late, counted on c after c closed, to the closed totals
+// that c's counters were summed into as it closed: its peer's, its node's.
+func (c *conn) countClosed(late ConnStats) {
 	if c.peer != nil {
 		c.peer.mu.Lock()
 		c.peer.mu.gone.add(late)

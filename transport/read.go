@@ -8,6 +8,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/wire"
@@ -21,6 +22,7 @@ func (c *conn) onTraffic() (keep bool) {
 	c.mu.reading = true
 	c.mu.Unlock()
 	keep, done := c.read()
+	c.countIn()
 	c.mu.Lock()
 	c.mu.reading = false
 	scheduled := c.mu.scheduled
@@ -47,6 +49,9 @@ func (c *conn) read() (keep, done bool) {
 	if len(b) == 0 {
 		return true, false
 	}
+	if hook := testHookReadBegins.Load(); hook != nil {
+		(*hook)(c, b)
+	}
 	c.lastRecv.Store(c.node.now())
 	// A peer that does not read what it is sent, yet sends on, would make
 	// the answers to what it sends (PONGs, ACKs) pile up here without
@@ -71,7 +76,7 @@ func (c *conn) read() (keep, done bool) {
 		}
 		off = n
 	}
-	stats := &c.stats
+	counts := &c.in.counts
 	for off < len(b) {
 		f, n, err := wire.DecodeFrame(b[off:], c.node.o.maxFrame)
 		if errors.Is(err, wire.ErrNeedMore) {
@@ -84,7 +89,7 @@ func (c *conn) read() (keep, done bool) {
 			}
 			return c.fail(err, code), false
 		}
-		stats.wireIn.Add(uint64(n))
+		counts.wire += uint64(n)
 		if err := c.handle(f); err != nil {
 			// A node shutting down closes its connections itself (the
 			// open ones after a GOAWAY SHUTDOWN): an OPEN it refuses for
@@ -108,6 +113,50 @@ func (c *conn) read() (keep, done bool) {
 	}
 	return true, true
 }
+
+// inCounts is what a read callback adds to its connection's incoming
+// counters. The loop adds up a callback's counts here, in c.in.counts, and
+// adds them to the connection once, as the callback ends (countIn), so that
+// the frames and messages it reads take no lock for it.
+type inCounts struct {
+	msgs, bytes, wire, stale, dup, gap uint64
+}
+
+// countIn adds what the read callback read (c.in.counts) to c's counters,
+// and clears it; loop only. As countOut does for a write: another goroutine
+// may have closed c while the loop read (Node.abort, a handshake or idle
+// timeout, a housekeeping reset) and summed its counters into its peer's
+// and its node's closed totals (Peer.detach, Node.forget); counts added to
+// the connection after that would be in no total. So they are added under
+// c.mu: before the close marks c closed, to its counters, which the sums
+// then take; after, to the closed totals themselves.
+func (c *conn) countIn() {
+	r := c.in.counts
+	if r == (inCounts{}) {
+		return
+	}
+	c.in.counts = inCounts{}
+	c.mu.Lock()
+	closed := c.mu.closed
+	if !closed {
+		s := &c.stats
+		s.msgsIn.Add(r.msgs)
+		s.bytesIn.Add(r.bytes)
+		s.wireIn.Add(r.wire)
+		s.stale.Add(r.stale)
+		s.dupIn.Add(r.dup)
+		s.gapIn.Add(r.gap)
+	}
+	c.mu.Unlock()
+	if closed {
+		c.countClosed(ConnStats{MessagesIn: r.msgs, BytesIn: r.bytes, WireIn: r.wire,
+			Stale: r.stale, Duplicates: r.dup, Gaps: r.gap})
+	}
+}
+
+// testHookReadBegins, set only by tests, runs once in a read callback that
+// has bytes b to decode, after read found the connection open.
+var testHookReadBegins atomic.Pointer[func(c *conn, b []byte)]
 
 // backlog is what the connection holds for its peer to read: its control
 // frames not yet written and what the link buffers. Loop only.

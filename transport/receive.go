@@ -61,7 +61,7 @@ func (rs *recvState) onOpen(c *conn, o wire.Open, ic *inChan) {
 	if v == lossdetect.Stale {
 		rs.mu.Unlock()
 		ic.stale = true
-		c.stats.stale.Add(1)
+		c.in.counts.stale++
 		return
 	}
 	rs.mu.conn, rs.mu.num = c, o.Channel
@@ -101,7 +101,7 @@ func (rs *recvState) onAckRequest(c *conn, r wire.AckRequest) {
 	switch rs.mu.r.OnAckRequest(r.Epoch, r.Seq) {
 	case lossdetect.Stale:
 		rs.mu.Unlock()
-		c.stats.stale.Add(1)
+		c.in.counts.stale++
 		return
 	case lossdetect.Accept:
 		// Acks go where the source asks for them: an OPEN read late from
@@ -156,7 +156,7 @@ func (rs *recvState) onRun(c *conn, ic *inChan, firstSeq uint64, msgs []Message)
 		putDelivery(d)
 		return nil
 	}
-	c.stats.bytesIn.Add(uint64(d.bytes))
+	c.in.counts.bytes += uint64(d.bytes)
 	in.push(d)
 	return nil
 }
@@ -190,11 +190,11 @@ func (rs *recvState) acceptLocked(c *conn, ic *inChan, firstSeq uint64, msgs []M
 			}
 			n++
 		case lossdetect.Duplicate:
-			c.stats.dupIn.Add(1)
+			c.in.counts.dup++
 		case lossdetect.Gap:
-			c.stats.gapIn.Add(1)
+			c.in.counts.gap++
 		case lossdetect.Stale:
-			c.stats.stale.Add(1)
+			c.in.counts.stale++
 		}
 	}
 	return lo, n
@@ -215,7 +215,7 @@ func (rs *recvState) runInline(c *conn, ic *inChan, firstSeq uint64, msgs []Mess
 	for i := range acc {
 		size += len(acc[i].Payload)
 	}
-	c.stats.bytesIn.Add(uint64(size))
+	c.in.counts.bytes += uint64(size)
 	h(ic.key, firstSeq+uint64(lo), acc)
 	rs.consumed(ic.key.Epoch, firstSeq+uint64(lo+n))
 }

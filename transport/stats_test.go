@@ -7,6 +7,7 @@ import (
 
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/window"
+	"github.com/sluicehq/sluice/wire"
 )
 
 // TestPeerStatsCountResendsReconnectsAndTraffic sends through dropped data
@@ -283,5 +284,85 @@ func TestBytesWrittenAsAnotherGoroutineClosesTheConnectionAreCountedOnce(t *test
 	}
 	if ps := peerStats(t, tx); ps.Traffic.WireOut != want {
 		t.Errorf("the peer's traffic counts %d bytes out; its connection wrote %d (%d before the batch written as it closed)", ps.Traffic.WireOut, want, w.before)
+	}
+}
+
+// TestBytesReadAsAnotherGoroutineClosesTheConnectionAreCountedOnce closes
+// the accepted connection from another goroutine (as Node.abort, a timeout
+// or a reset would) as its loop begins to read a DATA frame: what the loop
+// then reads and delivers must still count, once, in the node's totals (it
+// counted on the closed connection alone, which Stats no longer reads, so
+// that a counter exported from the totals missed it, or went back after a
+// Stats that read the connection live).
+func TestBytesReadAsAnotherGoroutineClosesTheConnectionAreCountedOnce(t *testing.T) {
+	rx, _, p := newPair(t, nil, []Option{WithReconnectBackoff(time.Hour, time.Hour)}) // no redial
+	col := newCollector()
+	rx.HandleAll(col.handler)
+	ctx := ctxT(t, 30*time.Second)
+	if err := p.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type read struct {
+		before uint64 // the connection's bytes in before the callback
+		frames int    // the whole frames' bytes the callback has to read
+	}
+	got := make(chan read, 1)
+	hook := func(c *conn, b []byte) {
+		if c.node != rx || c.state.Load() != stOpen {
+			return // tx's acks and pongs, or rx's handshake
+		}
+		var frames int
+		data := false
+		for off := 0; off < len(b); {
+			f, n, err := wire.DecodeFrame(b[off:], rx.o.maxFrame)
+			if err != nil {
+				break
+			}
+			data = data || f.Type == wire.FrameData
+			off += n
+			frames = off
+		}
+		if !data {
+			return
+		}
+		testHookReadBegins.Store(nil) // once
+		before := c.stats.wireIn.Load()
+		go rx.abort(c, errors.New("closed by the test"))
+		<-c.done // closed: forgotten by its node
+		got <- read{before, frames}
+	}
+	testHookReadBegins.Store(&hook)
+	t.Cleanup(func() { testHookReadBegins.Store(nil) })
+	msg := []byte("a message")
+	if err := s.Send(ctx, 1, msg); err != nil {
+		t.Fatal(err)
+	}
+	var r read
+	select {
+	case r = <-got:
+	case <-ctx.Done():
+		t.Fatal("no DATA frame read")
+	}
+	want := ConnStats{MessagesIn: 1, BytesIn: uint64(len(msg)), WireIn: r.before + uint64(r.frames)}
+	// The loop goes on reading the callback's frames after the close, and
+	// counts them as it ends the callback: wait for it, a while.
+	var st Stats
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+		st = rx.Stats()
+		c := st.Closed
+		if c.MessagesIn == want.MessagesIn && c.BytesIn == want.BytesIn && c.WireIn == want.WireIn || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(st.Conns) != 0 {
+		t.Fatalf("%d connections open, want none", len(st.Conns))
+	}
+	if c := st.Closed; c.MessagesIn != want.MessagesIn || c.BytesIn != want.BytesIn || c.WireIn != want.WireIn {
+		t.Errorf("the node's closed connections count %d messages, %d bytes, %d bytes on the wire in; the connection read %d, %d, %d (%d on the wire before the callback that read as it closed)",
+			c.MessagesIn, c.BytesIn, c.WireIn, want.MessagesIn, want.BytesIn, want.WireIn, r.before)
 	}
 }
