@@ -362,22 +362,9 @@ type outCounts struct {
 	cause                                                        batch.Cause
 }
 
-// countOut adds w to c's counters. A connection that another goroutine
-// closed while this one wrote to it (Node.abort, a handshake or idle
-// timeout, a housekeeping reset) had its counters summed into its peer's
-// and its node's closed totals as it closed (Peer.detach, Node.forget);
-// bytes the writer got out after that, which the link may still have
-// sent, would have been counted on the connection alone, in no total, and
-// a Stats that had read the connection live with them, and then the total
-// without them, would have seen its counters go back. So the counts are
-// added under c.mu, whose closed the close sets before it sums the
-// counters: before it, to the connection's counters, which the sums then
-// take; after it, to the closed totals themselves.
+// countOut adds a write's counts w to c's counters (conn.count).
 func (c *conn) countOut(w outCounts) {
-	c.mu.Lock()
-	closed := c.mu.closed
-	if !closed {
-		s := &c.stats
+	c.count(func(s *connCounters) {
 		s.msgsOut.Add(w.msgs)
 		s.wireOut.Add(w.wire)
 		s.batches.Add(w.batches)
@@ -388,31 +375,14 @@ func (c *conn) countOut(w outCounts) {
 		if w.flushed {
 			s.flushes[w.cause].Add(1)
 		}
-	}
-	c.mu.Unlock()
-	if !closed {
-		return
-	}
-	late := ConnStats{MessagesOut: w.msgs, WireOut: w.wire, Batches: w.batches, DataFrames: w.dataFrames,
-		CtrlFrames: w.ctrlFrames, DirectWrites: w.direct, Carried: w.carried}
-	if w.flushed {
-		late.Flushes = map[string]uint64{w.cause.String(): 1}
-	}
-	c.countClosed(late)
-}
-
-// countClosed adds late, counted on c after c closed, to the closed totals
-// that c's counters were summed into as it closed: its peer's, its node's.
-func (c *conn) countClosed(late ConnStats) {
-	if c.peer != nil {
-		c.peer.mu.Lock()
-		c.peer.mu.gone.add(late)
-		c.peer.mu.Unlock()
-	}
-	n := c.node
-	n.mu.Lock()
-	n.mu.gone.add(late)
-	n.mu.Unlock()
+	}, func() ConnStats {
+		late := ConnStats{MessagesOut: w.msgs, WireOut: w.wire, Batches: w.batches, DataFrames: w.dataFrames,
+			CtrlFrames: w.ctrlFrames, DirectWrites: w.direct, Carried: w.carried}
+		if w.flushed {
+			late.Flushes = map[string]uint64{w.cause.String(): 1}
+		}
+		return late
+	})
 }
 
 // outBatch is the batch a connection builds: its OPEN frames, one DATA

@@ -122,36 +122,24 @@ type inCounts struct {
 	msgs, bytes, wire, stale, dup, gap uint64
 }
 
-// countIn adds what the read callback read (c.in.counts) to c's counters,
-// and clears it; loop only. As countOut does for a write: another goroutine
-// may have closed c while the loop read (Node.abort, a handshake or idle
-// timeout, a housekeeping reset) and summed its counters into its peer's
-// and its node's closed totals (Peer.detach, Node.forget); counts added to
-// the connection after that would be in no total. So they are added under
-// c.mu: before the close marks c closed, to its counters, which the sums
-// then take; after, to the closed totals themselves.
+// countIn adds what the read callback read (c.in.counts) to c's counters
+// (conn.count), and clears it; loop only.
 func (c *conn) countIn() {
 	r := c.in.counts
 	if r == (inCounts{}) {
 		return
 	}
 	c.in.counts = inCounts{}
-	c.mu.Lock()
-	closed := c.mu.closed
-	if !closed {
-		s := &c.stats
+	c.count(func(s *connCounters) {
 		s.msgsIn.Add(r.msgs)
 		s.bytesIn.Add(r.bytes)
 		s.wireIn.Add(r.wire)
 		s.stale.Add(r.stale)
 		s.dupIn.Add(r.dup)
 		s.gapIn.Add(r.gap)
-	}
-	c.mu.Unlock()
-	if closed {
-		c.countClosed(ConnStats{MessagesIn: r.msgs, BytesIn: r.bytes, WireIn: r.wire,
-			Stale: r.stale, Duplicates: r.dup, Gaps: r.gap})
-	}
+	}, func() ConnStats {
+		return ConnStats{MessagesIn: r.msgs, BytesIn: r.bytes, WireIn: r.wire, Stale: r.stale, Duplicates: r.dup, Gaps: r.gap}
+	})
 }
 
 // testHookReadBegins, set only by tests, runs once in a read callback that

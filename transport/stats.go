@@ -326,3 +326,35 @@ func (ch *channel) stats() ChannelStats {
 
 // Stats returns the counters of this sender's channel.
 func (s *Sender) Stats() ChannelStats { return s.ch.stats() }
+
+// count adds a write's or a read callback's counts to c: through live, to
+// c's counters while c is open; else late's, to the closed totals. Another
+// goroutine may close c while this one writes or reads (Node.abort, a
+// handshake or idle timeout, a housekeeping reset), summing c's counters
+// into its peer's and its node's closed totals (Peer.detach, Node.forget):
+// counts added to c after that would be in no total, and a Stats that had
+// read c live with them, and then the totals without them, would see its
+// counters go back. So the counts go in under c.mu, whose closed the close
+// sets before it sums: before it, to c's counters, which the sums then
+// take; after it, to the closed totals themselves.
+func (c *conn) count(live func(*connCounters), late func() ConnStats) {
+	c.mu.Lock()
+	open := !c.mu.closed
+	if open {
+		live(&c.stats)
+	}
+	c.mu.Unlock()
+	if open {
+		return
+	}
+	st := late()
+	if c.peer != nil {
+		c.peer.mu.Lock()
+		c.peer.mu.gone.add(st)
+		c.peer.mu.Unlock()
+	}
+	n := c.node
+	n.mu.Lock()
+	n.mu.gone.add(st)
+	n.mu.Unlock()
+}
