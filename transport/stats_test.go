@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -221,6 +222,24 @@ func TestPeerForgetsAConnectionClosedBeforeItAttached(t *testing.T) {
 	}
 }
 
+// oneConnSender connects tx to rx, whose every channel a collector takes,
+// with redials an hour apart (a connection the test closes stays closed),
+// and opens a sender on it; ctx is the test's hang guard.
+func oneConnSender(t *testing.T) (rx, tx *Node, s *Sender, ctx context.Context) {
+	t.Helper()
+	rx, tx, p := newPair(t, nil, []Option{WithReconnectBackoff(time.Hour, time.Hour)})
+	rx.HandleAll(newCollector().handler)
+	ctx = ctxT(t, 30*time.Second)
+	if err := p.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rx, tx, s, ctx
+}
+
 // TestBytesWrittenAsAnotherGoroutineClosesTheConnectionAreCountedOnce
 // closes the dialed connection from another goroutine (as Node.abort, a
 // timeout or a reset would) between a writer's write of a batch and its
@@ -230,17 +249,7 @@ func TestPeerForgetsAConnectionClosedBeforeItAttached(t *testing.T) {
 // totals missed them, or went back after a Stats that read the connection
 // live).
 func TestBytesWrittenAsAnotherGoroutineClosesTheConnectionAreCountedOnce(t *testing.T) {
-	rx, tx, p := newPair(t, nil, []Option{WithReconnectBackoff(time.Hour, time.Hour)}) // no redial
-	col := newCollector()
-	rx.HandleAll(col.handler)
-	ctx := ctxT(t, 30*time.Second)
-	if err := p.WaitConnected(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, tx, s, ctx := oneConnSender(t)
 	type written struct {
 		c      *conn
 		before uint64 // the connection's bytes out before the batch
@@ -295,17 +304,7 @@ func TestBytesWrittenAsAnotherGoroutineClosesTheConnectionAreCountedOnce(t *test
 // that a counter exported from the totals missed it, or went back after a
 // Stats that read the connection live).
 func TestBytesReadAsAnotherGoroutineClosesTheConnectionAreCountedOnce(t *testing.T) {
-	rx, _, p := newPair(t, nil, []Option{WithReconnectBackoff(time.Hour, time.Hour)}) // no redial
-	col := newCollector()
-	rx.HandleAll(col.handler)
-	ctx := ctxT(t, 30*time.Second)
-	if err := p.WaitConnected(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rx, _, s, ctx := oneConnSender(t)
 	type read struct {
 		before uint64 // the connection's bytes in before the callback
 		frames int    // the whole frames' bytes the callback has to read
