@@ -236,6 +236,13 @@ type Coordinator struct {
 	// the running generation's distance between checkpoints, which starts
 	// small after a recovery and doubles up to its limit.
 	target, horizon, interval, step int64
+	// firstStep is the running generation's first step, and genCkpts the
+	// checkpoints it has committed: a generation that failed before its
+	// first one gives the next a first step a quarter of its own, so that
+	// failures that come after a fixed amount of work cannot outrun every
+	// first checkpoint, however large the interval (see rampStart).
+	firstStep int64
+	genCkpts  int
 	// failures is the liveness bookkeeping: when the last failure was
 	// noticed, the gap before it, and the time lost to it while the
 	// global clock has not yet come back to where it was.
@@ -672,7 +679,9 @@ const restorableCheckpoints = 2
 // rampStart is how much smaller than the learned interval the first step
 // after a recovery is: the first checkpoint then completes soon after the
 // recovery, whatever the failures' rate, and each later one, twice as far
-// apart, keeps a larger share of the work done since (see limit).
+// apart, keeps a larger share of the work done since (see limit). While
+// generations fail before their first checkpoint, each first step is a
+// quarter of the one before (see firstStep).
 const rampStart = 64
 
 // every is the wall time checkpoints aim to be apart: CheckpointEvery, or
@@ -789,8 +798,22 @@ func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restor
 	if gen > 1 {
 		// After a recovery the first checkpoint comes soon, so that the
 		// work redone is kept even if the next failure follows closely.
-		c.step = max(1, c.interval/rampStart)
+		// The interval may be far too large for that (a first interval
+		// set for another rate, or one learned across a checkpoint that
+		// took long): a generation that failed before its first checkpoint
+		// cuts the next one's first step to a quarter, and one that
+		// checkpointed lets it double back.
+		s := max(1, c.interval/rampStart)
+		if c.firstStep > 0 {
+			if c.genCkpts == 0 {
+				s = min(s, max(1, c.firstStep/4))
+			} else {
+				s = min(s, satAdd(c.firstStep, c.firstStep))
+			}
+		}
+		c.step = s
 	}
+	c.firstStep, c.genCkpts = c.step, 0
 	c.target = satAdd(base, c.step)
 	c.horizon = satAdd(c.target, c.step)
 	for i, h := range c.handles {
@@ -924,6 +947,7 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 		c.log.Debug("engine: checkpoint", "ts", tc, "step", c.step, "interval", c.interval, "took", done.Sub(ckptStart))
 		took = done.Sub(ckptStart)
 		res.Checkpoints++ // counted once committed, as Stats counts it
+		c.genCkpts++
 		c.statsCheckpoint(took, done)
 	}
 }

@@ -78,9 +78,11 @@
 // is counted once and recovered once: a node's death that is noticed by a
 // failed control call and again by its exit event, or after the node was
 // restarted, is one failure. After a recovery the first checkpoint comes
-// at a small fraction of the interval and the interval doubles from there,
-// so the job moves forward as long as failures are further apart than a
-// recovery plus one small checkpoint. A [RestartPolicy] bounds how often
+// at a small fraction of the interval and the interval doubles from there;
+// a generation that fails before its first checkpoint makes the next one's
+// first step a quarter of its own. So the job moves forward as long as
+// failures are further apart than a recovery plus one small checkpoint,
+// however far off the first or the learned interval is. A [RestartPolicy] bounds how often
 // recovery may happen; beyond it, when no checkpoint the logs can replay
 // from is left ([ErrCheckpointsLost]), or when a worker could not make a
 // source log durable, so that a replay could miss records

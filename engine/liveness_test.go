@@ -97,6 +97,16 @@ func TestProgressWhenEveryGenerationFailsAfterTheSameWork(t *testing.T) {
 	runCrashingAfter(t, func() engine.Source { return &jobs.GenSource{Size: 24, Limit: n} }, n, limit, 200000, 100*time.Millisecond)
 }
 
+// TestProgressWhenTheFirstIntervalIsFarTooLarge: a first interval set for
+// another rate (a million times what a generation processes before it
+// fails) makes the first step after each recovery, a fixed share of the
+// interval, too large to complete as well; the first steps must shrink
+// while generations fail before their first checkpoint.
+func TestProgressWhenTheFirstIntervalIsFarTooLarge(t *testing.T) {
+	const n, limit = 400000, 60000
+	runCrashingAfter(t, func() engine.Source { return &jobs.GenSource{Size: 24, Limit: n} }, n, limit, 1<<40, 100*time.Millisecond)
+}
+
 // runCrashingAfter runs source into a crashAfter sink that fails every
 // generation after limit messages, checkpointing first at initial and then
 // every ckptEvery, and checks that the n messages were summed once each,
