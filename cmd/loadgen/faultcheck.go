@@ -107,8 +107,9 @@ func chancesNote(f transport.Faults, c faultChances) string {
 
 // checkChaos returns a sentence for each of the engine's crash and kill
 // faults configured with a period that never fired in a run of ran. The
-// chaos driver's first fault is due by 1.5 periods after it starts and a
-// refused one is tried again 10 ms later, so a run of 3 periods that saw
+// chaos driver's first fault is due by 1.5 periods after the first
+// generation starts (which it does as the run starts), and only a fault of
+// the other kind can make it refuse one, so a run of 3 periods that saw
 // none did not inject it.
 func checkChaos(crash, kill time.Duration, crashes, kills int64, ran time.Duration) []string {
 	var out []string
