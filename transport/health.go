@@ -17,7 +17,11 @@
 //     flapping.
 //
 // Each alert writes one line when it starts (a warning) and one when it
-// clears, never one per check, and is counted in [Stats].Alerts.
+// clears, never one per check, and is counted in [Stats].Alerts. A peer's
+// alert clears as the peer closes (Peer.close), under the lock that marks
+// it closed; the check raises one only under that lock, for a peer still
+// open. So no closed peer is counted slow, not even once the node's
+// shutdown has stopped the check.
 
 package transport
 
@@ -51,7 +55,6 @@ type AlertStats struct {
 type health struct {
 	next    int64 // when to check next
 	stalled map[*channel]struct{}
-	slow    map[*Peer]struct{}
 
 	stalls, slows atomic.Uint64
 	nStalled      atomic.Int64
@@ -78,23 +81,14 @@ func (n *Node) checkHealth(now int64) {
 		return
 	}
 	h.next = now + int64(n.checkEvery())
-	// Channels closed and peers gone while alerting clear with them.
+	// Channels closed while stalled clear with them; peers clear as they
+	// close (Peer.close).
 	for ch := range h.stalled {
 		ch.mu.Lock()
 		closed := ch.mu.closed
 		ch.mu.Unlock()
 		if closed {
 			n.clearStall(ch, now, "the channel closed")
-		}
-	}
-	for p := range h.slow {
-		p.mu.Lock()
-		closed := p.mu.closed
-		p.mu.Unlock()
-		if closed {
-			p.slow.Store(false)
-			delete(h.slow, p)
-			h.nSlow.Add(-1)
 		}
 	}
 	for _, p := range n.peers() {
@@ -171,22 +165,49 @@ func (n *Node) checkSlow(p *Peer, now int64) {
 	}
 	share := float64(waited-hs.waited) / float64(span)
 	hs.start, hs.waited = now, waited
-	switch slow := p.slow.Load(); {
-	case !slow && share > 0.5:
-		n.log.Warn("sluice: slow consumer: senders waited for the peer's credit most of the time",
-			"peer", p.addr, "waited", fmt.Sprintf("%.0f%%", 100*share), "of", time.Duration(span).Round(time.Millisecond))
-		p.slow.Store(true)
-		n.health.slow[p] = struct{}{}
-		n.health.slows.Add(1)
-		n.health.nSlow.Add(1)
-	case slow && share < 0.25:
-		n.log.Info("sluice: slow consumer cleared: senders wait for the peer's credit little again",
-			"peer", p.addr, "waited", fmt.Sprintf("%.0f%%", 100*share), "of", time.Duration(span).Round(time.Millisecond))
-		p.slow.Store(false)
-		delete(n.health.slow, p)
-		n.health.nSlow.Add(-1)
+	if hook := testHookSlowJudged.Load(); hook != nil {
+		(*hook)(p, share)
 	}
+	slow := p.slow.Load()
+	raises, clears := !slow && share > 0.5, slow && share < 0.25
+	if !raises && !clears {
+		return
+	}
+	// The alert changes under p.mu, against the peer's close: a peer
+	// closed meanwhile (the node lists it until Peer.Close forgets it, and
+	// during its shutdown; and this check may hold an older list) raises
+	// nothing, and its close cleared the alert it had. The lines are
+	// written under it too, so that a peer's lines come in order.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.closed {
+		return
+	}
+	waitedArgs := []any{"peer", p.addr, "waited", fmt.Sprintf("%.0f%%", 100*share), "of", time.Duration(span).Round(time.Millisecond)}
+	if clears {
+		n.clearSlowLocked(p, "senders wait for the peer's credit little again", waitedArgs...)
+		return
+	}
+	// The line first, then the state: whoever sees the state sees the line.
+	n.log.Warn("sluice: slow consumer: senders waited for the peer's credit most of the time", waitedArgs...)
+	p.slow.Store(true)
+	n.health.slows.Add(1)
+	n.health.nSlow.Add(1)
 }
+
+// clearSlowLocked clears p's slow-consumer alert, which is on, with a line
+// that says why and args (which begin with the peer). The caller holds
+// p.mu: the check, or the peer's close.
+func (n *Node) clearSlowLocked(p *Peer, why string, args ...any) {
+	n.log.Info("sluice: slow consumer cleared: "+why, args...)
+	p.slow.Store(false)
+	n.health.nSlow.Add(-1)
+}
+
+// testHookSlowJudged, set only by tests, runs in checkSlow once an
+// interval of p's ended, with the share of it its senders waited, before
+// the alert changes.
+var testHookSlowJudged atomic.Pointer[func(p *Peer, share float64)]
 
 func (h *health) snapshot() AlertStats {
 	return AlertStats{

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -292,4 +293,121 @@ func TestPingsKeepAnIdleHealthyConnectionOpen(t *testing.T) {
 			t.Errorf("the receiver has %d connections, want the one", n)
 		}
 	})
+}
+
+// slowConsumerPair returns a node with a peer whose consumer consumes
+// nothing until the test ends, with the slow-consumer alert at alert and
+// the stall alert off, and the node's log.
+func slowConsumerPair(t *testing.T, alert time.Duration) (tx *Node, p *Peer, logs *logRecorder) {
+	t.Helper()
+	logs = &logRecorder{}
+	rx, tx, p := newPair(t, nil, []Option{WithLogger(slog.New(logs)), WithStallAlert(0), WithSlowConsumerAlert(alert)})
+	gate := make(chan struct{})
+	t.Cleanup(func() { close(gate) }) // before the nodes' aborts, which wait for the handler
+	rx.HandleAll(func(taskid.ID) Handler {
+		return func(taskid.Channel, uint64, []Message) { <-gate }
+	})
+	return tx, p, logs
+}
+
+// sendUntilClosed sends on a channel to p until the channel closes, so
+// that once its window is full the sender waits for p's credit all the
+// time; wait returns once it has stopped, with its error if that is not
+// ErrClosed.
+func sendUntilClosed(t *testing.T, p *Peer) (wait func() error) {
+	t.Helper()
+	ctx := ctxT(t, 30*time.Second) // hang guard
+	s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for k := uint64(0); ; k++ {
+			if err := s.Send(ctx, int64(k), payload(s.Channel(), k, 100)); err != nil {
+				if errors.Is(err, ErrClosed) {
+					err = nil
+				}
+				done <- err
+				return
+			}
+		}
+	}()
+	return func() error { return <-done }
+}
+
+// A peer that is a slow consumer when it closes, or when its node closes,
+// clears the alert as it closes, with the line that says so: the Slow
+// gauge counts no closed peer, not even once the node's health check has
+// stopped, and the alert started and cleared once.
+func TestClosingASlowConsumerClearsItsAlert(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		close func(tx *Node, p *Peer)
+	}{
+		{"the peer closes", func(_ *Node, p *Peer) { _ = p.Close() }},
+		{"its node closes", func(tx *Node, _ *Peer) { tx.Abort() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tx, p, logs := slowConsumerPair(t, 100*time.Millisecond)
+			sending := sendUntilClosed(t, p)
+			waitFor(t, 10*time.Second, "the slow-consumer alert", func() bool { return tx.Stats().Alerts.Slow == 1 })
+			tc.close(tx, p)
+			if a := tx.Stats().Alerts; a.Slow != 0 || a.SlowConsumers != 1 {
+				t.Errorf("alerts %+v once %s: want no slow peer now and one counted", a, tc.name)
+			}
+			for _, ps := range tx.Stats().Peers {
+				if ps.SlowConsumer {
+					t.Errorf("the closed peer %s is still shown as a slow consumer", ps.Addr)
+				}
+			}
+			if n := logs.count("INFO", "slow consumer cleared: the peer closed", "peer="+p.Addr()); n != 1 {
+				t.Errorf("%d lines clearing the alert of the closed peer, want 1:\n%s", n, logs)
+			}
+			if err := sending(); err != nil {
+				t.Errorf("the sender, as its peer closed: %v", err)
+			}
+		})
+	}
+}
+
+// A peer closed while the health check judges an interval in which its
+// senders waited most of the time raises no alert: once Peer.Close has
+// returned, no slow-consumer warning names it and nothing counts it.
+func TestAPeerClosedAsTheHealthCheckJudgesItRaisesNoAlert(t *testing.T) {
+	tx, p, logs := slowConsumerPair(t, 100*time.Millisecond)
+	judged, closed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(q *Peer, share float64) {
+		if q == p && share > 0.5 {
+			once.Do(func() {
+				close(judged)
+				<-closed
+			})
+		}
+	}
+	testHookSlowJudged.Store(&hook)
+	t.Cleanup(func() { testHookSlowJudged.Store(nil) })
+	release := sync.OnceFunc(func() { close(closed) })
+	t.Cleanup(release) // before the nodes' aborts, which wait for the health check
+	sending := sendUntilClosed(t, p)
+	select {
+	case <-judged:
+	case <-ctxT(t, 20*time.Second).Done():
+		t.Fatal("the health check never found the peer's sender waiting most of an interval")
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	release()  // the check goes on with the peer closed
+	tx.Abort() // and has ended once Abort returns
+	if n := logs.count("WARN", "slow consumer"); n != 0 {
+		t.Errorf("%d slow-consumer warnings for a peer closed before its check raised the alert, want none:\n%s", n, logs)
+	}
+	if a := tx.Stats().Alerts; a.SlowConsumers != 0 || a.Slow != 0 {
+		t.Errorf("alerts %+v: a peer closed before its check raised the alert is counted", a)
+	}
+	if err := sending(); err != nil {
+		t.Errorf("the sender, as its peer closed: %v", err)
+	}
 }

@@ -55,8 +55,9 @@ type Peer struct {
 	closeOnce sync.Once
 
 	// credit measures how long senders were waiting for credit, for the
-	// slow-consumer alert; slow is that alert's state, health its
-	// interval (timer goroutine only).
+	// slow-consumer alert; slow is that alert's state, which changes under
+	// mu (the check, and close, which clears it), health its interval
+	// (timer goroutine only).
 	credit creditWaits
 	slow   atomic.Bool
 	health peerHealth
@@ -443,6 +444,9 @@ func (p *Peer) close(why error, wait bool) {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
 		p.mu.closed = true
+		if p.slow.Load() {
+			p.node.clearSlowLocked(p, "the peer closed", "peer", p.addr)
+		}
 		chans := p.channelListLocked()
 		p.mu.Unlock()
 		p.cancel()
