@@ -676,6 +676,9 @@ func (n *Node) beginShutdown(code wire.GoAwayCode) bool {
 		inboxes = append(inboxes, in)
 	}
 	n.mu.Unlock()
+	if hook := testHookShutdownBegun.Load(); hook != nil {
+		(*hook)(n)
+	}
 	goaway := wire.AppendGoAway(nil, wire.GoAway{Code: code, Message: "node shutting down"})
 	for _, c := range conns {
 		if c.state.Load() == stOpen {
@@ -698,6 +701,10 @@ func (n *Node) beginShutdown(code wire.GoAwayCode) bool {
 	}
 	return true
 }
+
+// testHookShutdownBegun, set only by tests, runs in beginShutdown once the
+// node is marked closed, before it closes its connections and peers.
+var testHookShutdownBegun atomic.Pointer[func(*Node)]
 
 // finishShutdown waits for what beginShutdown closed to end: the
 // connections' close callbacks, the node's goroutines (listener, timers,

@@ -311,8 +311,11 @@ func (p *Peer) dialLoop(slot int) {
 		}
 		c, err := n.dial(p, slot)
 		if err != nil {
-			if p.ctx.Err() != nil {
-				return // the peer closed during the dial, which it cut short
+			// The peer closed during the dial, which it cut short, or the
+			// node began to shut down, refused the connection and has yet
+			// to close the peer: neither is a failed dial.
+			if p.ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				return
 			}
 			p.dialFailures.Add(1)
 		} else {
@@ -350,11 +353,17 @@ func (p *Peer) dialLoop(slot int) {
 	}
 }
 
+// dial connects p's connection for slot and runs it. It fails with
+// ErrClosed when, and only when, the node is shutting down: it tracks no
+// connection then.
 func (n *Node) dial(p *Peer, slot int) (*conn, error) {
 	d := net.Dialer{Timeout: n.o.dialTimeout}
 	nc, err := d.DialContext(p.ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, err
+	}
+	if hook := testHookDialed.Load(); hook != nil {
+		(*hook)(p)
 	}
 	c := newConn(n, p, slot)
 	c.remote = p.addr
@@ -371,6 +380,10 @@ func (n *Node) dial(p *Peer, slot int) (*conn, error) {
 	}
 	return c, nil
 }
+
+// testHookDialed, set only by tests, runs in dial once the socket is
+// connected, before the node tracks the connection.
+var testHookDialed atomic.Pointer[func(*Peer)]
 
 // Close closes the peer for good, for a remote node that is gone: it
 // stops redialing it (cutting short a dial in progress), closes its

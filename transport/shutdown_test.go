@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +93,86 @@ func TestAbortReturnsWhileAPeerKeepsOpeningChannels(t *testing.T) {
 			<-opening
 		}
 	})
+}
+
+// A dial whose socket connects as its node begins to shut down, before the
+// shutdown has closed the dial's peer, is cut short by the node, which
+// tracks no connection once it is closing: that is the node's shutdown,
+// not a failed dial, and the peer's DialFailures do not count it.
+func TestADialCutShortByItsNodesShutdownIsNoDialFailure(t *testing.T) {
+	rx := listeningNode(t, nil)
+	tx := testNode(t)
+	dialed, dialGoesOn := make(chan *Peer, 1), make(chan struct{})
+	var first sync.Once
+	dialHook := func(p *Peer) {
+		if p.node == tx {
+			first.Do(func() {
+				dialed <- p
+				<-dialGoesOn
+			})
+		}
+	}
+	testHookDialed.Store(&dialHook)
+	t.Cleanup(func() { testHookDialed.Store(nil) })
+	begun, shutdownGoesOn := make(chan struct{}), make(chan struct{})
+	shutdownHook := func(n *Node) {
+		if n == tx {
+			close(begun)
+			<-shutdownGoesOn
+		}
+	}
+	testHookShutdownBegun.Store(&shutdownHook)
+	t.Cleanup(func() { testHookShutdownBegun.Store(nil) })
+	// Before the nodes' aborts, should the test end early.
+	releaseDial := sync.OnceFunc(func() { close(dialGoesOn) })
+	t.Cleanup(releaseDial)
+	releaseShutdown := sync.OnceFunc(func() { close(shutdownGoesOn) })
+	t.Cleanup(releaseShutdown)
+
+	if _, err := tx.Peer(rx.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 20*time.Second) // hang guard
+	var p *Peer
+	select {
+	case p = <-dialed:
+	case <-ctx.Done():
+		t.Fatal("the peer's socket never connected")
+	}
+	aborted := make(chan struct{})
+	go func() {
+		defer close(aborted)
+		tx.Abort()
+	}()
+	select {
+	case <-begun:
+	case <-ctx.Done():
+		t.Fatal("the node's shutdown never began")
+	}
+	// The node is closing and has yet to close the peer: the dial goes on
+	// to a node that refuses its connection, and its loop decides what
+	// that was before the shutdown closes the peer.
+	loopEnded := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(loopEnded)
+	}()
+	releaseDial()
+	waitFor(t, 20*time.Second, "the dial loop to count a failure or end", func() bool {
+		select {
+		case <-loopEnded:
+			return true
+		default:
+			return p.dialFailures.Load() > 0
+		}
+	})
+	releaseShutdown()
+	<-aborted
+	ps := tx.Stats().Peers
+	if len(ps) != 1 {
+		t.Fatalf("the node lists %d peers after Abort, want the one", len(ps))
+	}
+	if f := ps[0].DialFailures; f != 0 {
+		t.Errorf("peer %s: %d dial failures counted for a dial its node's shutdown cut short, want 0", ps[0].Addr, f)
+	}
 }
