@@ -17,11 +17,12 @@
 //     flapping.
 //
 // Each alert writes one line when it starts (a warning) and one when it
-// clears, never one per check, and is counted in [Stats].Alerts. A peer's
-// alert clears as the peer closes (Peer.close), under the lock that marks
-// it closed; the check raises one only under that lock, for a peer still
-// open. So no closed peer is counted slow, not even once the node's
-// shutdown has stopped the check.
+// clears, never one per check, and is counted in [Stats].Alerts. A
+// channel's alert clears as the channel closes (channel.shutLocked), and a
+// peer's as the peer closes (Peer.close), under the lock that marks it
+// closed; the check raises one only under that lock, for a channel or peer
+// still open. So no closed channel is counted stalled and no closed peer
+// slow, not even once the node's shutdown has stopped the check.
 
 package transport
 
@@ -53,8 +54,7 @@ type AlertStats struct {
 // health is the state of the node's health check: the timer goroutine's
 // alone, but for the counters.
 type health struct {
-	next    int64 // when to check next
-	stalled map[*channel]struct{}
+	next int64 // when to check next
 
 	stalls, slows atomic.Uint64
 	nStalled      atomic.Int64
@@ -81,16 +81,8 @@ func (n *Node) checkHealth(now int64) {
 		return
 	}
 	h.next = now + int64(n.checkEvery())
-	// Channels closed while stalled clear with them; peers clear as they
-	// close (Peer.close).
-	for ch := range h.stalled {
-		ch.mu.Lock()
-		closed := ch.mu.closed
-		ch.mu.Unlock()
-		if closed {
-			n.clearStall(ch, now, "the channel closed")
-		}
-	}
+	// Channels and peers clear their alerts as they close (channel.shutLocked,
+	// Peer.close).
 	for _, p := range n.peers() {
 		if n.o.slowAlert > 0 {
 			n.checkSlow(p, now)
@@ -109,46 +101,63 @@ func (n *Node) checkHealth(now int64) {
 func (n *Node) checkStall(ch *channel, now int64) {
 	ch.mu.Lock()
 	acked, next := ch.mu.src.Progress()
-	closed := ch.mu.closed
+	closed, stalled := ch.mu.closed, ch.mu.stalledSince != 0
 	ch.mu.Unlock()
 	hs := &ch.health
 	if closed {
-		return // cleared above, if it was stalled
+		return // its close cleared the alert, if it was on
 	}
-	if acked != hs.acked || acked == next {
-		if ch.stalled.Load() {
-			n.clearStall(ch, now, "")
-		}
+	moved := acked != hs.acked || acked == next
+	if moved {
 		hs.acked, hs.since = acked, now
-		return
-	}
-	if hs.since == 0 {
+	} else if hs.since == 0 {
 		hs.since = now
 	}
-	if ch.stalled.Load() || now-hs.since < int64(n.o.stallAlert) {
+	raises := !moved && !stalled && now-hs.since >= int64(n.o.stallAlert)
+	if !raises && !(moved && stalled) {
+		return
+	}
+	if raises {
+		if hook := testHookStallJudged.Load(); hook != nil {
+			(*hook)(ch)
+		}
+	}
+	// The alert changes under ch.mu, against the channel's close: a
+	// channel closed meanwhile (this check holds a list of the peer's
+	// channels taken before) raises nothing, and its close cleared the
+	// alert it had. The lines are written under it too, so that a
+	// channel's lines come in order.
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if ch.mu.closed {
+		return
+	}
+	if !raises {
+		n.clearStallLocked(ch, now, "its target acknowledges again")
 		return
 	}
 	// The line first, then the state: whoever sees the state sees the line.
 	n.log.Warn("sluice: channel stalled: its target has acknowledged nothing for a while and messages wait",
 		"channel", ch.key.String(), "peer", ch.peer.addr, "for", time.Duration(now-hs.since).Round(time.Millisecond),
 		"unacked", next-acked, "acked_seq", acked)
-	ch.stalled.Store(true)
-	n.health.stalled[ch] = struct{}{}
+	ch.mu.stalledSince = hs.since
 	n.health.stalls.Add(1)
 	n.health.nStalled.Add(1)
 }
 
-func (n *Node) clearStall(ch *channel, now int64, why string) {
-	msg := "sluice: channel stall cleared: its target acknowledges again"
-	if why != "" {
-		msg = "sluice: channel stall cleared: " + why
-	}
-	n.log.Info(msg, "channel", ch.key.String(), "peer", ch.peer.addr,
-		"after", time.Duration(now-ch.health.since).Round(time.Millisecond))
-	ch.stalled.Store(false)
-	delete(n.health.stalled, ch)
+// clearStallLocked clears ch's stall alert, which is on, with a line that
+// says why. The caller holds ch.mu: the check, or the channel's close.
+func (n *Node) clearStallLocked(ch *channel, now int64, why string) {
+	n.log.Info("sluice: channel stall cleared: "+why, "channel", ch.key.String(), "peer", ch.peer.addr,
+		"after", time.Duration(now-ch.mu.stalledSince).Round(time.Millisecond))
+	ch.mu.stalledSince = 0
 	n.health.nStalled.Add(-1)
 }
+
+// testHookStallJudged, set only by tests, runs in checkStall once it found
+// ch's acknowledged progress still for the stall alert's time, before the
+// alert is raised.
+var testHookStallJudged atomic.Pointer[func(ch *channel)]
 
 // checkSlow ends p's slow-consumer interval if it is over. Timer goroutine
 // only.

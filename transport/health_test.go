@@ -411,3 +411,108 @@ func TestAPeerClosedAsTheHealthCheckJudgesItRaisesNoAlert(t *testing.T) {
 		t.Errorf("the sender, as its peer closed: %v", err)
 	}
 }
+
+// stalledChannel returns a node with a channel whose consumer consumes
+// nothing until the test ends, with messages waiting on it, the stall
+// alert at alert and the slow-consumer alert off, and the node's log.
+func stalledChannel(t *testing.T, alert time.Duration) (tx *Node, p *Peer, s *Sender, logs *logRecorder) {
+	t.Helper()
+	logs = &logRecorder{}
+	rx, tx, p := newPair(t, nil, []Option{WithLogger(slog.New(logs)), WithStallAlert(alert), WithSlowConsumerAlert(0)})
+	gate := make(chan struct{})
+	t.Cleanup(func() { close(gate) }) // before the nodes' aborts, which wait for the handler
+	rx.HandleAll(func(taskid.ID) Handler {
+		return func(taskid.Channel, uint64, []Message) { <-gate }
+	})
+	s, err := p.OpenSender(ctxT(t, 30*time.Second), taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range 10 {
+		if err := s.TrySend(int64(k), payload(s.Channel(), uint64(k), 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tx, p, s, logs
+}
+
+// A channel that is stalled when it closes, when its peer closes or when
+// its node closes or aborts, clears the alert as it closes, with the line
+// that says so: once the close has returned, the Stalled gauge counts no
+// closed channel, not even when the node's health check has stopped, and
+// the alert started and cleared once.
+func TestClosingAStalledChannelClearsItsAlertAsItCloses(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		close func(tx *Node, p *Peer, s *Sender)
+	}{
+		{"the channel closes", func(_ *Node, _ *Peer, s *Sender) { _ = s.Close() }},
+		{"its peer closes", func(_ *Node, p *Peer, _ *Sender) { _ = p.Close() }},
+		{"its node closes", func(tx *Node, _ *Peer, _ *Sender) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // no waiting for acks that will not come
+			_ = tx.Close(ctx)
+		}},
+		{"its node aborts", func(tx *Node, _ *Peer, _ *Sender) { tx.Abort() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tx, p, s, logs := stalledChannel(t, 100*time.Millisecond)
+			waitFor(t, 10*time.Second, "the stall", func() bool { return tx.Stats().Alerts.Stalled == 1 })
+			tc.close(tx, p, s)
+			if a := tx.Stats().Alerts; a.Stalled != 0 || a.ChannelStalls != 1 {
+				t.Errorf("alerts %+v once %s: want no stalled channel now and one stall counted", a, tc.name)
+			}
+			if s.Stats().Stalled {
+				t.Errorf("the closed channel is still shown as stalled")
+			}
+			ch := "channel=" + s.Channel().String()
+			if n := logs.count("WARN", "channel stalled", ch); n != 1 {
+				t.Errorf("%d stall warnings for the channel, want 1:\n%s", n, logs)
+			}
+			if n := logs.count("INFO", "channel stall cleared: the channel closed", ch); n != 1 {
+				t.Errorf("%d lines clearing the stall of the closed channel, want 1:\n%s", n, logs)
+			}
+		})
+	}
+}
+
+// A channel closed while the health check judges it stalled (its
+// acknowledged progress stood still for the alert's time with messages
+// waiting) raises no alert: once Sender.Close has returned, no stall
+// warning names it and nothing counts it.
+func TestAChannelClosedAsTheHealthCheckJudgesItRaisesNoAlert(t *testing.T) {
+	tx, _, s, logs := stalledChannel(t, 100*time.Millisecond)
+	judged, closed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(ch *channel) {
+		if ch == s.ch {
+			once.Do(func() {
+				close(judged)
+				<-closed
+			})
+		}
+	}
+	testHookStallJudged.Store(&hook)
+	t.Cleanup(func() { testHookStallJudged.Store(nil) })
+	release := sync.OnceFunc(func() { close(closed) })
+	t.Cleanup(release) // before the nodes' aborts, which wait for the health check
+	select {
+	case <-judged:
+	case <-ctxT(t, 20*time.Second).Done():
+		t.Fatal("the health check never judged the channel stalled")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	release()  // the check goes on with the channel closed
+	tx.Abort() // and has ended once Abort returns
+	if n := logs.count("WARN", "channel stalled"); n != 0 {
+		t.Errorf("%d stall warnings for a channel closed before its check raised the alert, want none:\n%s", n, logs)
+	}
+	if a := tx.Stats().Alerts; a.ChannelStalls != 0 || a.Stalled != 0 {
+		t.Errorf("alerts %+v: a channel closed before its check raised the alert is counted", a)
+	}
+	if s.Stats().Stalled {
+		t.Error("a channel closed before its check raised the alert is shown as stalled")
+	}
+}

@@ -92,7 +92,6 @@ func NewNode(opts ...Option) (*Node, error) {
 	}
 	n := &Node{o: o, id: o.nodeID, epoch: o.epoch, start: time.Now(), stopping: make(chan struct{}), closed: make(chan struct{})}
 	n.wallStart = n.start.UnixNano()
-	n.health.stalled = make(map[*channel]struct{})
 	n.log = logger{o.logger}
 	n.mu.peers = make(map[string]*Peer)
 	n.mu.resume = make(map[string]map[taskid.Channel]uint64)

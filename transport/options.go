@@ -223,7 +223,8 @@ func WithInboundBudget(n int) Option { return func(o *options) { o.inboundBudget
 // WithStallAlert makes the node warn in its log when one of its channels
 // has had messages unacknowledged and its acknowledged progress (the
 // transport's clock of a channel: see health.go) has not advanced for d,
-// and note when it moves again; one line each, counted in [Stats].Alerts.
+// and note when it moves again or the channel closes; one line each,
+// counted in [Stats].Alerts.
 // Default [DefaultStallAlert] (10 s, as the engine's global-clock alert);
 // 0: no alert.
 func WithStallAlert(d time.Duration) Option { return func(o *options) { o.stallAlert = d } }

@@ -48,11 +48,14 @@ type channel struct {
 		timerAt int64  // when the node's timer will next call tick, 0: never
 		closed  bool
 		err     error // why it was closed, if not by Close (a *ChannelError)
+		// stalledSince is, while the stall alert is on, when the
+		// channel's acknowledged progress last moved; 0 while it is off.
+		// The health check raises the alert, and clears it as progress
+		// moves; the channel's close (shutLocked) clears it.
+		stalledSince int64
 	}
-	// stalled is set while the health check finds the channel stalled;
-	// health is that check's state (timer goroutine only).
-	stalled atomic.Bool
-	health  chanHealth
+	// health is the health check's state (timer goroutine only).
+	health chanHealth
 	// wakeAt mirrors mu.timerAt for the timer goroutine, which skips, without
 	// taking mu, the deadlines a channel no longer wants (most of them with
 	// many channels: an ack usually answers a request long before its
@@ -492,6 +495,10 @@ func (ch *channel) closeLocked(why error) bool {
 // open; once it releases ch.mu, it calls wakeShut.
 func (ch *channel) shutLocked() {
 	ch.mu.closed = true
+	if ch.mu.stalledSince != 0 {
+		n := ch.peer.node
+		n.clearStallLocked(ch, n.now(), "the channel closed")
+	}
 	ch.peer.charged.Add(-int64(ch.mu.src.Footprint()))
 	ch.peer.idle.Add(-ch.mu.idle)
 	ch.mu.idle = 0

@@ -305,6 +305,7 @@ func (ch *channel) stats() ChannelStats {
 	ch.mu.Lock()
 	f := ch.mu.src.Stats()
 	attached := ch.mu.conn != nil
+	stalled := ch.mu.stalledSince != 0
 	ch.mu.Unlock()
 	return ChannelStats{
 		Channel:      ch.key,
@@ -320,7 +321,7 @@ func (ch *channel) stats() ChannelStats {
 		WindowBytes:  f.WindowBytes,
 		Tracker:      f.Tracker,
 		Attached:     attached,
-		Stalled:      ch.stalled.Load(),
+		Stalled:      stalled,
 	}
 }
 
