@@ -49,3 +49,28 @@ func TestProcessCPUNoSuchProcess(t *testing.T) {
 		t.Fatal("ProcessCPU of a process that cannot exist succeeded")
 	}
 }
+
+// A few milliseconds of CPU show in ProcessCPU: it does not count in
+// 10 ms ticks, in which a short benchmark case's second process read 0.
+func TestProcessCPUSeesMilliseconds(t *testing.T) {
+	pid := os.Getpid()
+	before, err := ProcessCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ru0 := rusageCPU(t)
+	x := uint64(1)
+	for rusageCPU(t)-ru0 < 2*time.Millisecond {
+		for range 10_000 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	ru := rusageCPU(t) - ru0
+	after, err := ProcessCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after - before; got < ru/2 || got > ru+5*time.Millisecond {
+		t.Fatalf("ProcessCPU grew by %v while getrusage counted %v (x %d)", got, ru, x)
+	}
+}
