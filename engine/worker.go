@@ -410,12 +410,8 @@ func (w *Worker) Start(cmd StartCmd) error {
 	// Only now that every stateful task has restored are the checkpoints
 	// after the restore point discarded: a start that fails to load one
 	// leaves them, and the coordinator may choose one of them next.
-	for id, t := range inc.tasks {
-		if t.state != nil {
-			if err := w.ckpts.DiscardAfter(ckptName(id), restoreTs); err != nil {
-				return fail(err)
-			}
-		}
+	if err := w.ckpts.DiscardAfter(restoreTs, statefulNames(inc)...); err != nil {
+		return fail(err)
 	}
 	w.inc.Store(inc)
 	for id := range inc.tasks {
@@ -696,14 +692,18 @@ func (w *Worker) Commit(gen uint64, keep int64) error {
 	for _, s := range inc.sources {
 		s.pendingDelete.Store(keep)
 	}
+	return w.ckpts.DiscardBefore(keep, statefulNames(inc)...)
+}
+
+// statefulNames returns the checkpoint names of inc's stateful tasks.
+func statefulNames(inc *incarnation) []string {
+	var names []string
 	for id, t := range inc.tasks {
 		if t.state != nil {
-			if err := w.ckpts.DiscardBefore(ckptName(id), keep); err != nil {
-				return err
-			}
+			names = append(names, ckptName(id))
 		}
 	}
-	return nil
+	return names
 }
 
 // Crash makes task panic at its next step.

@@ -226,7 +226,7 @@ func (s *Store) syncDir() error {
 // pruneLocked applies the retention rule of Save after task saved ts.
 func (s *Store) pruneLocked(task string, ts int64) error {
 	older := 0
-	return s.removeLocked(task, func(t int64) bool { // newest first
+	return s.removeLocked([]string{task}, func(t int64) bool { // newest first
 		if t < ts {
 			older++
 			return older >= s.cfg.Keep
@@ -235,41 +235,43 @@ func (s *Store) pruneLocked(task string, ts int64) error {
 	})
 }
 
-// DiscardAfter deletes task's checkpoints newer than ts. Recovery calls it
-// for every task with the recovery point, so that a checkpoint that
-// completed for only some tasks before the crash can never be mistaken for
-// a common one later.
-func (s *Store) DiscardAfter(task string, ts int64) error {
+// DiscardAfter deletes the checkpoints of tasks newer than ts. Recovery
+// calls it for every task with the recovery point, so that a checkpoint
+// that completed for only some tasks before the crash can never be
+// mistaken for a common one later.
+func (s *Store) DiscardAfter(ts int64, tasks ...string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.removeLocked(task, func(t int64) bool { return t > ts })
+	return s.removeLocked(tasks, func(t int64) bool { return t > ts })
 }
 
-// DiscardBefore deletes task's checkpoints older than ts. The engine calls
-// it once no checkpoint older than ts will be restored.
-func (s *Store) DiscardBefore(task string, ts int64) error {
+// DiscardBefore deletes the checkpoints of tasks older than ts. The engine
+// calls it once no checkpoint older than ts will be restored.
+func (s *Store) DiscardBefore(ts int64, tasks ...string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.removeLocked(task, func(t int64) bool { return t < ts })
+	return s.removeLocked(tasks, func(t int64) bool { return t < ts })
 }
 
-// removeLocked deletes the checkpoints of task whose times drop says to,
-// asked newest first, and syncs the directory if it deleted any. The
-// caller holds s.mu.
-func (s *Store) removeLocked(task string, drop func(t int64) bool) error {
+// removeLocked deletes the checkpoints of tasks whose times drop says to,
+// asked newest first for each task; it lists the directory once and syncs
+// it once if it deleted any. The caller holds s.mu.
+func (s *Store) removeLocked(tasks []string, drop func(t int64) bool) error {
 	all, err := s.list()
 	if err != nil {
 		return err
 	}
 	removed := false
-	for _, t := range all[task] {
-		if !drop(t) {
-			continue
+	for _, task := range tasks {
+		for _, t := range all[task] {
+			if !drop(t) {
+				continue
+			}
+			if err := os.Remove(filepath.Join(s.dir, fileName(task, t))); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("checkpoint: %w", err)
+			}
+			removed = true
 		}
-		if err := os.Remove(filepath.Join(s.dir, fileName(task, t))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("checkpoint: %w", err)
-		}
-		removed = true
 	}
 	if removed {
 		return s.syncDir()

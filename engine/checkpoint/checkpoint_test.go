@@ -216,11 +216,23 @@ func TestRetentionKeepsTheNewestKAndDropsAbandonedNewerOnes(t *testing.T) {
 	if tss, _ := s.List("a"); !slices.Equal(tss, []int64{45, 40}) {
 		t.Fatalf("a keeps %v, want [45 40]", tss)
 	}
-	if err := s.DiscardAfter("b", 40); err != nil {
+	if err := s.DiscardAfter(40, "b"); err != nil {
 		t.Fatal(err)
 	}
 	if tss, _ := s.List("b"); !slices.Equal(tss, []int64{40}) {
 		t.Fatalf("b keeps %v after DiscardAfter(40), want [40]", tss)
+	}
+	// DiscardBefore drops what every task named has below the floor, and
+	// nothing of a task not named.
+	save(t, s, "c", 30, "c")
+	save(t, s, "c", 41, "c")
+	if err := s.DiscardBefore(41, "a", "c"); err != nil {
+		t.Fatal(err)
+	}
+	for task, want := range map[string][]int64{"a": {45}, "b": {40}, "c": {41}} {
+		if tss, _ := s.List(task); !slices.Equal(tss, want) {
+			t.Fatalf("%s keeps %v after DiscardBefore(41) of a and c, want %v", task, tss, want)
+		}
 	}
 
 	cfg := DefaultConfig()
