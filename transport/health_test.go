@@ -376,31 +376,21 @@ func TestClosingASlowConsumerClearsItsAlert(t *testing.T) {
 // returned, no slow-consumer warning names it and nothing counts it.
 func TestAPeerClosedAsTheHealthCheckJudgesItRaisesNoAlert(t *testing.T) {
 	tx, p, logs := slowConsumerPair(t, 100*time.Millisecond)
-	judged, closed := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	h := newCheckHold(t)
 	hook := func(q *Peer, share float64) {
 		if q == p && share > 0.5 {
-			once.Do(func() {
-				close(judged)
-				<-closed
-			})
+			h.hold()
 		}
 	}
 	testHookSlowJudged.Store(&hook)
 	t.Cleanup(func() { testHookSlowJudged.Store(nil) })
-	release := sync.OnceFunc(func() { close(closed) })
-	t.Cleanup(release) // before the nodes' aborts, which wait for the health check
 	sending := sendUntilClosed(t, p)
-	select {
-	case <-judged:
-	case <-ctxT(t, 20*time.Second).Done():
-		t.Fatal("the health check never found the peer's sender waiting most of an interval")
-	}
+	h.wait(t, "the health check never found the peer's sender waiting most of an interval")
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	release()  // the check goes on with the peer closed
-	tx.Abort() // and has ended once Abort returns
+	h.release() // the check goes on with the peer closed
+	tx.Abort()  // and has ended once Abort returns
 	if n := logs.count("WARN", "slow consumer"); n != 0 {
 		t.Errorf("%d slow-consumer warnings for a peer closed before its check raised the alert, want none:\n%s", n, logs)
 	}
@@ -482,30 +472,20 @@ func TestClosingAStalledChannelClearsItsAlertAsItCloses(t *testing.T) {
 // warning names it and nothing counts it.
 func TestAChannelClosedAsTheHealthCheckJudgesItRaisesNoAlert(t *testing.T) {
 	tx, _, s, logs := stalledChannel(t, 100*time.Millisecond)
-	judged, closed := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	h := newCheckHold(t)
 	hook := func(ch *channel) {
 		if ch == s.ch {
-			once.Do(func() {
-				close(judged)
-				<-closed
-			})
+			h.hold()
 		}
 	}
 	testHookStallJudged.Store(&hook)
 	t.Cleanup(func() { testHookStallJudged.Store(nil) })
-	release := sync.OnceFunc(func() { close(closed) })
-	t.Cleanup(release) // before the nodes' aborts, which wait for the health check
-	select {
-	case <-judged:
-	case <-ctxT(t, 20*time.Second).Done():
-		t.Fatal("the health check never judged the channel stalled")
-	}
+	h.wait(t, "the health check never judged the channel stalled")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	release()  // the check goes on with the channel closed
-	tx.Abort() // and has ended once Abort returns
+	h.release() // the check goes on with the channel closed
+	tx.Abort()  // and has ended once Abort returns
 	if n := logs.count("WARN", "channel stalled"); n != 0 {
 		t.Errorf("%d stall warnings for a channel closed before its check raised the alert, want none:\n%s", n, logs)
 	}
@@ -514,5 +494,40 @@ func TestAChannelClosedAsTheHealthCheckJudgesItRaisesNoAlert(t *testing.T) {
 	}
 	if s.Stats().Stalled {
 		t.Error("a channel closed before its check raised the alert is shown as stalled")
+	}
+}
+
+// checkHold stops the health check once at a test hook: the hook calls
+// hold where the check is to stop, which waits there until release (or the
+// test's end, before the nodes' aborts, which wait for the check).
+type checkHold struct {
+	judged, closed chan struct{}
+	once           sync.Once
+	release        func()
+}
+
+// newCheckHold returns a hold; call it once the test's nodes exist.
+func newCheckHold(t *testing.T) *checkHold {
+	h := &checkHold{judged: make(chan struct{}), closed: make(chan struct{})}
+	h.release = sync.OnceFunc(func() { close(h.closed) })
+	t.Cleanup(h.release)
+	return h
+}
+
+// hold stops the check the first time it is called, until release.
+func (h *checkHold) hold() {
+	h.once.Do(func() {
+		close(h.judged)
+		<-h.closed
+	})
+}
+
+// wait returns once the check stopped at hold, or fails with never.
+func (h *checkHold) wait(t *testing.T, never string) {
+	t.Helper()
+	select {
+	case <-h.judged:
+	case <-ctxT(t, 20*time.Second).Done():
+		t.Fatal(never)
 	}
 }
