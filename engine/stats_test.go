@@ -153,9 +153,26 @@ func TestAStalledGlobalClockIsReportedInTheLog(t *testing.T) {
 	if !held.Load() {
 		t.Fatal("the sink never held a message: the test proves nothing")
 	}
+	// The hold is one stall of 500 ms, five thresholds: it must be warned
+	// of once, not once a round, and its end said. A loaded machine may
+	// stand the clock still past 100 ms elsewhere too (seen under -race
+	// with four CPU-bound processes: a second warning at a clock after the
+	// hold's), which is right to report as well; so every stall must get
+	// one warning, one event and one line when it ends, and there must be
+	// one at least.
 	out := log.String()
-	if strings.Count(out, "global clock has not advanced") != 1 || events.Load() != 1 ||
-		!strings.Contains(out, "global clock advancing again") {
-		t.Errorf("want one stall warning, one clock-stall event (%d) and a recovery line; the log:\n%s", events.Load(), out)
+	var seq strings.Builder
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.Contains(line, "global clock has not advanced"):
+			seq.WriteByte('W')
+		case strings.Contains(line, "global clock advancing again"):
+			seq.WriteByte('A')
+		}
+	}
+	warned := strings.Count(seq.String(), "W")
+	if warned == 0 || seq.String() != strings.Repeat("WA", warned) || events.Load() != int64(warned) {
+		t.Errorf("want each stall warned of once, with one clock-stall event, and a line when it ends, and a stall at least; "+
+			"got %d clock-stall events, warnings (W) and ends (A) %q; the log:\n%s", events.Load(), seq.String(), out)
 	}
 }
