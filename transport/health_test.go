@@ -129,6 +129,9 @@ func TestAStalledConsumerRaisesAndClearsBothAlerts(t *testing.T) {
 	if ps := tx.Stats().Peers[0]; !ps.SlowConsumer {
 		t.Error("the peer is not shown as a slow consumer")
 	}
+	if a := tx.Stats().Alerts; a.ChannelStalls != channels || a.SlowConsumers != 1 {
+		t.Errorf("alerts %+v: want %d channel stalls and one slow consumer, counted once each", a, channels)
+	}
 
 	close(gate) // the consumer resumes
 	wg.Wait()
@@ -140,15 +143,16 @@ func TestAStalledConsumerRaisesAndClearsBothAlerts(t *testing.T) {
 		a := tx.Stats().Alerts
 		return a.Stalled == 0 && a.Slow == 0
 	})
+	// While the senders catch up, a loaded machine may stall a channel
+	// again for the alert's 150 ms (seen under -race on a third of a core:
+	// a third stall, at acked_seq 4096, that cleared 220 ms later): each
+	// alert raised, these too, has one warning and one clearing line.
 	a := tx.Stats().Alerts
-	if a.ChannelStalls != channels || a.SlowConsumers != 1 {
-		t.Errorf("alerts %+v: want %d channel stalls and one slow consumer, counted once each", a, channels)
+	if n, m := logs.count("WARN", "channel stalled"), logs.count("channel stall cleared"); uint64(n) != a.ChannelStalls || uint64(m) != a.ChannelStalls {
+		t.Errorf("%d stall warnings and %d clearings for %d channel stalls counted:\n%s", n, m, a.ChannelStalls, logs)
 	}
-	if n := logs.count("channel stall cleared"); n != channels {
-		t.Errorf("%d stall clearings for %d channels:\n%s", n, channels, logs)
-	}
-	if n := logs.count("slow consumer cleared"); n != 1 {
-		t.Errorf("%d slow-consumer clearings, want 1:\n%s", n, logs)
+	if n, m := logs.count("WARN", "slow consumer:"), logs.count("slow consumer cleared"); uint64(n) != a.SlowConsumers || uint64(m) != a.SlowConsumers {
+		t.Errorf("%d slow-consumer warnings and %d clearings for %d slow consumers counted:\n%s", n, m, a.SlowConsumers, logs)
 	}
 	if ps := tx.Stats().Peers[0]; ps.SlowConsumer {
 		t.Error("the peer is still shown as a slow consumer")
