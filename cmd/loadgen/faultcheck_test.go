@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,12 +34,58 @@ func runReport(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
+// framesNote is the note in which a report says how many frames its
+// transport faults had to act on.
+var framesNote = regexp.MustCompile(`had (\d+) DATA frames and (\d+) ACKREQUEST, ACK, PING and PONG frames`)
+
+// runLongEnough calls run with duration d, and again with twice the
+// duration while the report it returns says its nodes wrote too few frames
+// for the faults drop and dup (probabilities; 0: not configured) to be
+// expected minExpected times each: as many as the fault check wants before
+// it fails a run that had none, and enough that a run with the injector on
+// has some (a run with none is then e^-50 likely). How many frames a run
+// writes in a given time depends on the machine: a slow or busy one batches
+// more messages a frame (under -race on a core shared with two CPU-bound
+// processes, a 1 s transport run at 20,000 messages a second wrote 125
+// DATA frames, not the 1,000 that drop=0.05 needs, and a 1.5 s pipeline
+// run 63). It returns the last run's report and error.
+func runLongEnough(t *testing.T, d time.Duration, drop, dup float64, run func(d time.Duration) (string, error)) (string, error) {
+	t.Helper()
+	for {
+		out, err := run(d)
+		m := framesNote.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("a run of %v: the report does not say how many frames the faults had to act on (error %v):\n%s", d, err, out)
+		}
+		data, _ := strconv.ParseFloat(m[1], 64)
+		ctrl, _ := strconv.ParseFloat(m[2], 64)
+		// Dup draws for the frames drop spared.
+		if (drop == 0 || drop*data >= minExpected) && (dup == 0 || dup*((1-drop)*data+ctrl) >= minExpected) {
+			return out, err
+		}
+		if d >= 30*time.Second {
+			t.Fatalf("a run of %v wrote %.0f DATA and %.0f control frames, too few to expect %d faults of drop=%g, dup=%g: the check cannot be tested",
+				d, data, ctrl, minExpected, drop, dup)
+		}
+		t.Logf("a run of %v wrote %.0f DATA and %.0f control frames, too few to expect %d faults of drop=%g, dup=%g: again, twice as long",
+			d, data, ctrl, minExpected, drop, dup)
+		d *= 2
+	}
+}
+
 // A transport run whose configured faults never happened (the injector
 // switched off) fails, saying which and how many were expected, and its
-// report counts them as 0; the same run with the injector on passes.
+// report counts them as 0; a run with the injector on passes, and counts
+// them. Each runs until its nodes wrote enough frames for the faults to be
+// expected (runLongEnough); the run without injection configures high
+// rates, so that few frames do.
 func TestATransportRunWhoseFaultsNeverHappenedFails(t *testing.T) {
-	args := []string{"run", "--scenario", "transport", "--faults", "drop=0.05,dup=0.05", "--rate", "20000", "--channels", "4", "--duration", "1s"}
-	out, err := runReport(t, args...)
+	transportRun := func(faults string) func(time.Duration) (string, error) {
+		return func(d time.Duration) (string, error) {
+			return runReport(t, "run", "--scenario", "transport", "--faults", faults, "--rate", "20000", "--channels", "4", "--duration", d.String())
+		}
+	}
+	out, err := runLongEnough(t, time.Second, 0.3, 0.3, transportRun("drop=0.3,dup=0.3"))
 	if err != nil {
 		t.Fatalf("with the injector on: %v\n%s", err, out)
 	}
@@ -48,30 +96,36 @@ func TestATransportRunWhoseFaultsNeverHappenedFails(t *testing.T) {
 	}
 
 	withoutInjection(t)
-	out, err = runReport(t, args...)
+	out, err = runLongEnough(t, time.Second, 0.9, 0.9, transportRun("drop=0.9,dup=0.9"))
 	if !errors.Is(err, errFailed) {
 		t.Fatalf("with the injector off: error %v, want errFailed\n%s", err, out)
 	}
 	for _, want := range []string{
 		"**Exactly-once held",
-		"**The run FAILED: drop=0.05 was configured and no DATA frame was dropped, of ",
-		"**The run FAILED: dup=0.05 was configured and no frame was duplicated, of ",
+		"**The run FAILED: drop=0.9 was configured and no DATA frame was dropped, of ",
+		"**The run FAILED: dup=0.9 was configured and no frame was duplicated, of ",
 		"| drop | 0 |", "| dup | 0 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("with the injector off, the report does not say %q:\n%s", want, out)
 		}
 	}
-	if !strings.Contains(err.Error(), "drop=0.05 was configured") {
+	if !strings.Contains(err.Error(), "drop=0.9 was configured") {
 		t.Errorf("error %q does not name the fault", err)
 	}
 }
 
 // An engine run whose configured crashes and link faults never happened
-// fails, naming each; with them injected it passes.
+// fails, naming each; with them injected it passes. Each runs until its
+// nodes wrote enough frames for the drops to be expected (runLongEnough),
+// and for 1.5 s at least, over three crash periods.
 func TestAnEngineRunWhoseFaultsNeverHappenedFails(t *testing.T) {
-	args := []string{"run", "--scenario", "pipeline", "--faults", "crash=200ms,drop=0.05", "--duration", "1500ms", "--fsync=false"}
-	out, err := runReport(t, args...)
+	pipelineRun := func(faults string) func(time.Duration) (string, error) {
+		return func(d time.Duration) (string, error) {
+			return runReport(t, "run", "--scenario", "pipeline", "--faults", faults, "--duration", d.String(), "--fsync=false")
+		}
+	}
+	out, err := runLongEnough(t, 1500*time.Millisecond, 0.3, 0, pipelineRun("crash=200ms,drop=0.3"))
 	if err != nil {
 		t.Fatalf("with the injector on: %v\n%s", err, out)
 	}
@@ -81,18 +135,14 @@ func TestAnEngineRunWhoseFaultsNeverHappenedFails(t *testing.T) {
 		}
 	}
 
-	// Without injection, drop=0.5: the check fails a kind only when 50 or
-	// more were expected from the frames written, and under the race
-	// detector this run writes a few hundred DATA frames, not thousands.
 	withoutInjection(t)
-	args[4] = "crash=200ms,drop=0.5"
-	out, err = runReport(t, args...)
+	out, err = runLongEnough(t, 1500*time.Millisecond, 0.9, 0, pipelineRun("crash=200ms,drop=0.9"))
 	if !errors.Is(err, errFailed) {
 		t.Fatalf("with the injector off: error %v, want errFailed\n%s", err, out)
 	}
 	for _, want := range []string{
 		"**The run FAILED: crash=200ms was configured and no task crashed in ",
-		"**The run FAILED: drop=0.5 was configured and no DATA frame was dropped, of ",
+		"**The run FAILED: drop=0.9 was configured and no DATA frame was dropped, of ",
 		"| crash | 0 |", "| drop | 0 |",
 	} {
 		if !strings.Contains(out, want) {
@@ -217,13 +267,16 @@ func TestARecoveryNothingInjectedFailsTheRun(t *testing.T) {
 // as 'loadgen run' does, naming the run and the fault.
 func TestASweepWhoseFaultsNeverHappenedFails(t *testing.T) {
 	withoutInjection(t)
-	var stdout, stderr strings.Builder
-	err := sweepCmd(context.Background(), []string{"--sizes", "100", "--channel-counts", "4", "--faults", "drop=0.05",
-		"--rate", "20000", "--duration", "1s", "--out", t.TempDir()}, &stdout, &stderr)
+	out, err := runLongEnough(t, time.Second, 0.9, 0, func(d time.Duration) (string, error) {
+		var stdout, stderr strings.Builder
+		err := sweepCmd(context.Background(), []string{"--sizes", "100", "--channel-counts", "4", "--faults", "drop=0.9",
+			"--rate", "20000", "--duration", d.String(), "--json", "--out", t.TempDir()}, &stdout, &stderr)
+		return stdout.String(), err
+	})
 	if !errors.Is(err, errFailed) {
-		t.Fatalf("sweep with the injector off: error %v, want errFailed\n%s", err, stdout.String())
+		t.Fatalf("sweep with the injector off: error %v, want errFailed\n%s", err, out)
 	}
-	if want := "100 bytes, 4 channels: drop=0.05 was configured and no DATA frame was dropped"; !strings.Contains(err.Error(), want) {
+	if want := "100 bytes, 4 channels: drop=0.9 was configured and no DATA frame was dropped"; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q does not say %q", err, want)
 	}
 }
