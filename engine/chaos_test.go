@@ -12,6 +12,21 @@ import (
 // injected (between generations, or a kill in a generation already hit).
 const retry = 10 * time.Millisecond
 
+// ampleRestarts is a restart policy that chaos with these crash and kill
+// periods cannot exhaust, however long a slow machine makes the run: each
+// fault comes half its period at least after the one before, so a minute,
+// the policy's window, holds 2 min/period of each at most (and a fault
+// makes one failure at most). It allows 1000 a minute at least.
+func ampleRestarts(periods ...time.Duration) engine.RestartPolicy {
+	n := 1
+	for _, p := range periods {
+		if p > 0 {
+			n += int(2 * time.Minute / p)
+		}
+	}
+	return engine.RestartPolicy{MaxRestarts: max(n, 1000), Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+}
+
 // faults are the crash and kill periods a test asks of its chaos driver;
 // zero: never.
 type faults struct {
@@ -28,7 +43,8 @@ type faults struct {
 // previous fault, or retry after one that could not be injected), it
 // crashes a random task and kills a random node of c, whatever the
 // coordinator is doing; unless f.eager, each fault also waits for the job
-// to get past the last one (pace). stop ends it.
+// to get past the last one (pace). stop ends it; calls after the first do
+// nothing.
 func chaos(c *engine.Coordinator, f faults) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -72,7 +88,8 @@ func chaos(c *engine.Coordinator, f faults) (stop func()) {
 	tasks := c.Tasks()
 	run(f.crash, 1, func(rng *rand.Rand) error { return c.Crash(tasks[rng.IntN(len(tasks))]) })
 	run(f.kill, 2, func(rng *rand.Rand) error { return c.Kill(rng.IntN(c.Nodes())) })
-	return func() { close(done); wg.Wait() }
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
 }
 
 // pace holds a fault back until the job has got past the point where the

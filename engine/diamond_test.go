@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -153,14 +152,13 @@ func TestADiamondDeliversEveryRecordOnceByEachPath(t *testing.T) {
 			}
 			c, err := engine.NewCoordinator(job, engine.Config{Dir: filepath.Join(t.TempDir(), "data"), NoSync: true,
 				Nodes: tc.nodes, NoChain: tc.noChain, Faults: f, InitialInterval: 2000, CheckpointEvery: 10 * time.Millisecond,
-				Restart: engine.RestartPolicy{MaxRestarts: 1000, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}})
+				Restart: ampleRestarts(tc.crash*slow, tc.kill*slow)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 60*slow*time.Second)
-			defer cancel()
 			stop := chaos(c, faults{crash: tc.crash * slow, kill: tc.kill * slow, seed: 11})
-			res, err := c.Run(ctx)
+			defer stop() // if runGuarded fails t
+			res, err := runGuarded(t, c)
 			stop()
 			if err != nil {
 				t.Fatal(err)

@@ -50,6 +50,27 @@ func writeText(t *testing.T, lines int, seed uint64) string {
 	return p
 }
 
+// runGuard is how long a test lets a job under injected faults run before
+// it calls it hung. Such a job ends in 1-10 s on an idle machine, but faults
+// at fixed periods slow a loaded one more than in proportion, each recovery
+// or redial a larger share of its time: on a third of one core, "all faults
+// together" took over 20 s, and under the race detector (whose fault
+// periods are stretched by slow) "reset connections are redialed" took 96.
+const runGuard = 3 * time.Minute
+
+// runGuarded runs c, failing t with the coordinator's stats if it has not
+// ended within runGuard.
+func runGuarded(t *testing.T, c *engine.Coordinator) (*engine.Result, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), runGuard)
+	defer cancel()
+	res, err := c.Run(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("the job had not ended after %v, a hang guard (%v); the coordinator's stats: %+v", runGuard, err, c.Stats())
+	}
+	return res, err
+}
+
 func runWordCount(t *testing.T, input string, cfg engine.Config, f faults) (*engine.Result, map[string]int64) {
 	t.Helper()
 	job := jobs.WordCount(jobs.Spec{Kind: "wordcount", Input: input, Middle: 2, Last: 2})
@@ -61,10 +82,8 @@ func runWordCount(t *testing.T, input string, cfg engine.Config, f faults) (*eng
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*slow*time.Second)
-	defer cancel()
 	defer chaos(c, f)()
-	res, err := c.Run(ctx)
+	res, err := runGuarded(t, c)
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -118,12 +137,13 @@ func TestWordCountEqualsReferenceWithoutFaults(t *testing.T) {
 
 func TestWordCountSurvivesCrashes(t *testing.T) {
 	// Crashes come far enough apart that recovery (a few to tens of
-	// milliseconds) outpaces them even on a loaded machine; closer ones
-	// could exhaust the restart policy without a bug.
+	// milliseconds) outpaces them even on a loaded machine, and the
+	// policy allows as many as they can make in its window, however long
+	// a slow machine makes the run.
 	input := writeText(t, 400000, 2)
-	policy := engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
-	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond, Restart: policy},
-		faults{crash: 100 * slow * time.Millisecond, seed: 3})
+	crash := 100 * slow * time.Millisecond
+	res, got := runWordCount(t, input, engine.Config{InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond, Restart: ampleRestarts(crash)},
+		faults{crash: crash, seed: 3})
 	sameCounts(t, got, reference(t, input))
 	if res.Recoveries == 0 || res.Crashes == 0 {
 		t.Errorf("recoveries %d crashes %d: the fault was not exercised", res.Recoveries, res.Crashes)
@@ -233,7 +253,6 @@ func TestNewCoordinatorRefusesARestartPolicyThatMakesNoSense(t *testing.T) {
 func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
 	large := writeText(t, 100000, 4)
 	want := map[string]map[string]int64{large: reference(t, large)}
-	policy := engine.RestartPolicy{MaxRestarts: 1000, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
 	// Faults come by chance per frame or on timers: every case counts an
 	// input that takes many frames and several periods even on a fast
 	// machine. (A slower one takes longer and sees more faults.)
@@ -264,7 +283,7 @@ func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
 					t.Fatal(err, rest)
 				}
 				res, got := runWordCount(t, tc.input, engine.Config{Nodes: 3, InitialInterval: 300, CheckpointEvery: 10 * time.Millisecond,
-					Faults: f, Restart: policy}, faults{crash: tc.crash * slow, kill: tc.kill * slow, seed: seed})
+					Faults: f, Restart: ampleRestarts(tc.crash*slow, tc.kill*slow)}, faults{crash: tc.crash * slow, kill: tc.kill * slow, seed: seed})
 				sameCounts(t, got, want[tc.input])
 				if res.Late != 0 {
 					t.Errorf("%d messages arrived below a completed checkpoint", res.Late)
@@ -318,15 +337,12 @@ func TestPipelineSumsAreExactUnderCrashes(t *testing.T) {
 				t.Fatal(err)
 			}
 			c, err := engine.NewCoordinator(job, engine.Config{Dir: t.TempDir(), NoSync: true, NoChain: tc.noChain,
-				InitialInterval: 20000, CheckpointEvery: 20 * time.Millisecond,
-				Restart: engine.RestartPolicy{MaxRestarts: 1000, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}})
+				InitialInterval: 20000, CheckpointEvery: 20 * time.Millisecond, Restart: ampleRestarts(tc.crash)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*slow*time.Second)
-			defer cancel()
 			defer chaos(c, faults{crash: tc.crash, seed: 9})()
-			res, err := c.Run(ctx)
+			res, err := runGuarded(t, c)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -26,9 +26,9 @@ import (
 // death of a node that was already replaced) and recovered once.
 func TestEachKillIsOneFailureAndOneRecovery(t *testing.T) {
 	input := writeText(t, 300000, 21)
-	policy := engine.RestartPolicy{MaxRestarts: 1000, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+	kill := 200 * slow * time.Millisecond
 	res, got := runWordCount(t, input, engine.Config{Nodes: 3, InitialInterval: 500, CheckpointEvery: 10 * time.Millisecond,
-		Restart: policy}, faults{kill: 200 * slow * time.Millisecond, seed: 5})
+		Restart: ampleRestarts(kill)}, faults{kill: kill, seed: 5})
 	sameCounts(t, got, reference(t, input))
 	if res.Kills < 1 {
 		t.Fatalf("%d kills: the fault was not exercised enough; make the input larger", res.Kills)

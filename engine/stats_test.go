@@ -22,17 +22,16 @@ import (
 // run's result.
 func TestCoordinatorStatsSayWhatTheRunDid(t *testing.T) {
 	input := writeText(t, 200000, 5)
-	policy := engine.RestartPolicy{MaxRestarts: 100, Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+	crash := 50 * slow * time.Millisecond
 	job := jobs.WordCount(jobs.Spec{Kind: "wordcount", Input: input, Middle: 2, Last: 2})
 	c, err := engine.NewCoordinator(job, engine.Config{Dir: filepath.Join(t.TempDir(), "d"), NoSync: true, InitialInterval: 500,
-		CheckpointEvery: 10 * time.Millisecond, Restart: policy})
+		CheckpointEvery: 10 * time.Millisecond, Restart: ampleRestarts(crash)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	stop := chaos(c, faults{crash: 50 * slow * time.Millisecond, seed: 3})
-	res, err := c.Run(ctx)
+	stop := chaos(c, faults{crash: crash, seed: 3})
+	defer stop() // if runGuarded fails t
+	res, err := runGuarded(t, c)
 	stop()
 	if err != nil {
 		t.Fatal(err)
