@@ -63,9 +63,24 @@ func TestAbortReturnsWhileAPeerKeepsOpeningChannels(t *testing.T) {
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			opening := make(chan struct{})
+			// Abort once OPENs stream in, a little later each round.
+			want := 20 * (round + 1)
 			go func() {
 				defer close(opening)
 				for i := uint32(0); ctx.Err() == nil; i++ {
+					// The opener keeps 2,000 channels at most ahead of
+					// the receiver's inboxes: enough that OPENs still
+					// stream in as it aborts, and a slow machine's loop,
+					// whose writes fall behind the opener, is not handed
+					// channels without end (under -race on a third of a
+					// core, the receiver had not made 20 inboxes after 6
+					// minutes, or the sender's Abort took minutes).
+					for i%64 == 0 && ctx.Err() == nil {
+						if _, all := unstoppedInboxes(rx); int(i) < all+2000 {
+							break
+						}
+						time.Sleep(time.Millisecond)
+					}
 					s, err := p.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1, Index: i})
 					if err != nil {
 						return
@@ -73,9 +88,16 @@ func TestAbortReturnsWhileAPeerKeepsOpeningChannels(t *testing.T) {
 					_ = s.TrySend(1, []byte("x"))
 				}
 			}()
-			// Abort once OPENs stream in, a little later each round.
-			for _, all := unstoppedInboxes(rx); all < 20*(round+1); _, all = unstoppedInboxes(rx) {
-				time.Sleep(time.Millisecond)
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) { // a hang guard
+				_, all := unstoppedInboxes(rx)
+				if all >= want {
+					break
+				}
+				if time.Now().After(deadline) {
+					cancel()
+					rx.Abort()
+					t.Fatalf("round %d: the receiver made %d inboxes in a minute, want %d to abort it", round, all, want)
+				}
 			}
 			aborted := make(chan struct{})
 			go func() { rx.Abort(); close(aborted) }()
