@@ -88,8 +88,21 @@ func TestBlockedCountsTheTimeSendersWaitForCredit(t *testing.T) {
 		done <- s.Send(ctx, 0, payload(s.Channel(), sent, 100))
 	}()
 	t0 := <-started
+	// Held from when the Send waits, not from when its goroutine started:
+	// a loaded machine may run it only after the sleep has ended.
+	waiting := func() bool {
+		p.credit.mu.Lock()
+		defer p.credit.mu.Unlock()
+		return p.credit.waiters > 0
+	}
+	for deadline := time.Now().Add(20 * time.Second); !waiting(); time.Sleep(time.Millisecond) { // a hang guard
+		if time.Now().After(deadline) {
+			t.Fatal("the Send on a full window did not wait for credit")
+		}
+	}
+	t1 := time.Now()
 	time.Sleep(30 * time.Millisecond)
-	held := time.Since(t0) // Send cannot have returned: no credit until release
+	held := time.Since(t1) // Send cannot have returned: no credit until release
 	g.release()
 	if err := <-done; err != nil {
 		t.Fatal(err)
