@@ -27,6 +27,16 @@ func ampleRestarts(periods ...time.Duration) engine.RestartPolicy {
 	return engine.RestartPolicy{MaxRestarts: max(n, 1000), Window: time.Minute, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
 }
 
+// maxFaults is how many faults of each kind chaos injects at most. Most
+// runs see 5-20, the longest up to about 60 on a machine under three
+// CPU-bound processes; a slower machine, whose recoveries take longer,
+// sees ever more faults in a run that each makes longer (under the race
+// detector on a third of one core, a kill every second or so left
+// TestEachKillIsOneFailureAndOneRecovery unfinished after 3 minutes and
+// 140 recoveries). The cap keeps a run's length in proportion to the
+// machine's speed.
+const maxFaults = 50
+
 // faults are the crash and kill periods a test asks of its chaos driver;
 // zero: never.
 type faults struct {
@@ -42,9 +52,9 @@ type faults struct {
 // drawn from [p/2, 3p/2) of its period p, counted from the end of the
 // previous fault, or retry after one that could not be injected), it
 // crashes a random task and kills a random node of c, whatever the
-// coordinator is doing; unless f.eager, each fault also waits for the job
-// to get past the last one (pace). stop ends it; calls after the first do
-// nothing.
+// coordinator is doing, maxFaults times of each at most; unless f.eager,
+// each fault also waits for the job to get past the last one (pace). stop
+// ends it; calls after the first do nothing.
 func chaos(c *engine.Coordinator, f faults) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -66,7 +76,7 @@ func chaos(c *engine.Coordinator, f faults) (stop func()) {
 				}
 			}
 			wait := time.Duration(0)
-			for {
+			for n := 0; n < maxFaults; {
 				select {
 				case <-done:
 					return
@@ -81,6 +91,7 @@ func chaos(c *engine.Coordinator, f faults) (stop func()) {
 					wait = retry // between generations: try again soon
 					continue
 				}
+				n++
 				p.struck(at)
 			}
 		})
