@@ -134,6 +134,7 @@ func TestADiamondDeliversEveryRecordOnceByEachPath(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			f.Reset *= slow // as the crash and kill periods are
 			job := &engine.Job{
 				Procs: []engine.Proc{
 					{Name: "src", Parallelism: 1, NewSource: func(int) (engine.Source, error) { return &seqSource{n: n}, nil }},

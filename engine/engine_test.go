@@ -282,6 +282,7 @@ func TestWordCountExactlyOnceUnderEachFault(t *testing.T) {
 				if err != nil || len(rest) > 0 {
 					t.Fatal(err, rest)
 				}
+				f.Reset *= slow // as the crash and kill periods are
 				res, got := runWordCount(t, tc.input, engine.Config{Nodes: 3, InitialInterval: 300, CheckpointEvery: 10 * time.Millisecond,
 					Faults: f, Restart: ampleRestarts(tc.crash*slow, tc.kill*slow)}, faults{crash: tc.crash * slow, kill: tc.kill * slow, seed: seed})
 				sameCounts(t, got, want[tc.input])
