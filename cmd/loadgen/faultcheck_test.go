@@ -120,9 +120,11 @@ func TestATransportRunWhoseFaultsNeverHappenedFails(t *testing.T) {
 // nodes wrote enough frames for the drops to be expected (runLongEnough),
 // and for 1.5 s at least, over three crash periods.
 func TestAnEngineRunWhoseFaultsNeverHappenedFails(t *testing.T) {
+	// A crash every 200 ms or so makes up to 300 a minute, beyond the
+	// default restart policy's 100 once a slow machine's run lasts 20 s.
 	pipelineRun := func(faults string) func(time.Duration) (string, error) {
 		return func(d time.Duration) (string, error) {
-			return runReport(t, "run", "--scenario", "pipeline", "--faults", faults, "--duration", d.String(), "--fsync=false")
+			return runReport(t, "run", "--scenario", "pipeline", "--faults", faults, "--duration", d.String(), "--fsync=false", "--max-restarts", "10000")
 		}
 	}
 	out, err := runLongEnough(t, 1500*time.Millisecond, 0.3, 0, pipelineRun("crash=200ms,drop=0.3"))
