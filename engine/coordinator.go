@@ -236,13 +236,12 @@ type Coordinator struct {
 	// the running generation's distance between checkpoints, which starts
 	// small after a recovery and doubles up to its limit.
 	target, horizon, interval, step int64
-	// firstStep is the running generation's first step, and genCkpts the
-	// checkpoints it has committed: a generation that failed before its
-	// first one gives the next a first step a quarter of its own, so that
-	// failures that come after a fixed amount of work cannot outrun every
-	// first checkpoint, however large the interval (see rampStart).
+	// firstStep is the running generation's first step: a generation that
+	// failed before its first checkpoint gives the next a first step a
+	// quarter of its own, so that failures that come after a fixed amount
+	// of work cannot outrun every first checkpoint, however large the
+	// interval (see rampStart).
 	firstStep int64
-	genCkpts  int
 	// failures is the liveness bookkeeping: when the last failure was
 	// noticed, the gap before it, and the time lost to it while the
 	// global clock has not yet come back to where it was.
@@ -495,6 +494,7 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 
 	var restarts []time.Time
 	backoff := c.cfg.Restart.MinBackoff
+	progressed := false // the last generation committed a checkpoint
 	var failedAt time.Time
 	for {
 		gen++
@@ -529,7 +529,8 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			if err := c.journalGeneration(gen, restore, has); err != nil {
 				return nil, err
 			}
-			err = c.start(ctx, gen, place, restore, has)
+			err = c.start(ctx, gen, place, restore, has, progressed)
+			progressed = false
 		}
 		if err == nil {
 			c.statsGeneration(gen, time.Now())
@@ -539,8 +540,8 @@ func (c *Coordinator) Run(ctx context.Context) (*Result, error) {
 			var results map[string][]byte
 			before := res.Checkpoints
 			results, err = c.drive(ctx, gen, res)
-			if res.Checkpoints > before {
-				backoff = c.cfg.Restart.MinBackoff // the last generation made progress
+			if res.Checkpoints > before { // the generation made progress
+				backoff, progressed = c.cfg.Restart.MinBackoff, true
 			}
 			if err == nil {
 				res.Results = results
@@ -780,7 +781,10 @@ func (c *Coordinator) common(ctx context.Context, stateful [][]string) ([]int64,
 	return common, nil
 }
 
-func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restore int64, has bool) error {
+// start starts generation gen on every node, restoring from restore if
+// has; progressed says whether the generation before committed a
+// checkpoint.
+func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restore int64, has, progressed bool) error {
 	addrs := make([]string, len(c.handles))
 	for i, h := range c.handles {
 		addrs[i] = h.addr()
@@ -805,7 +809,7 @@ func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restor
 		// checkpointed lets it double back.
 		s := max(1, c.interval/rampStart)
 		if c.firstStep > 0 {
-			if c.genCkpts == 0 {
+			if !progressed {
 				s = min(s, max(1, c.firstStep/4))
 			} else {
 				s = min(s, satAdd(c.firstStep, c.firstStep))
@@ -813,7 +817,7 @@ func (c *Coordinator) start(ctx context.Context, gen uint64, place []int, restor
 		}
 		c.step = s
 	}
-	c.firstStep, c.genCkpts = c.step, 0
+	c.firstStep = c.step
 	c.target = satAdd(base, c.step)
 	c.horizon = satAdd(c.target, c.step)
 	for i, h := range c.handles {
@@ -947,7 +951,6 @@ func (c *Coordinator) drive(ctx context.Context, gen uint64, res *Result) (map[s
 		c.log.Debug("engine: checkpoint", "ts", tc, "step", c.step, "interval", c.interval, "took", done.Sub(ckptStart))
 		took = done.Sub(ckptStart)
 		res.Checkpoints++ // counted once committed, as Stats counts it
-		c.genCkpts++
 		c.statsCheckpoint(took, done)
 	}
 }
