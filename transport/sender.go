@@ -466,20 +466,12 @@ func (s *Sender) Close() error {
 // channel's lock is released, before its number is retired.
 var testHookClosed func(*channel)
 
-// shut marks the channel closed and releases its retained bytes; its
-// senders get why, in a ChannelError, from then on if it is not nil.
-func (ch *channel) shut(why error) {
-	ch.mu.Lock()
-	closing := ch.closeLocked(why)
-	ch.mu.Unlock()
-	if closing {
-		ch.wakeShut()
-	}
-}
-
-// closeLocked is shut for a caller that holds ch.mu: it reports whether
-// the channel was open, in which case the caller, once it released ch.mu,
-// calls wakeShut.
+// closeLocked marks the channel closed and releases its retained bytes;
+// its senders get why, in a ChannelError, from then on if it is not nil.
+// The caller holds ch.mu. It reports whether the channel was open, in
+// which case the caller, once it released ch.mu, broadcasts the channel's
+// credit, and the peer's budget and drained once for all the channels it
+// closes (see Peer.close).
 func (ch *channel) closeLocked(why error) bool {
 	if ch.mu.closed {
 		return false
@@ -491,8 +483,7 @@ func (ch *channel) closeLocked(why error) bool {
 	return true
 }
 
-// shutLocked is shut for a caller that holds ch.mu and found the channel
-// open; once it releases ch.mu, it calls wakeShut.
+// shutLocked is closeLocked for a caller that found the channel open.
 func (ch *channel) shutLocked() {
 	ch.mu.closed = true
 	if ch.mu.stalledSince != 0 {
