@@ -38,11 +38,8 @@ func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 	if closed {
 		return ErrClosed
 	}
-	var retry <-chan time.Time
-	if p.short() { // quiet windows may hold the budget: look again
-		t := time.NewTimer(reclaimEvery)
-		defer t.Stop()
-		retry = t.C
+	if p.short() { // quiet windows may hold the budget: the node's timer looks at them
+		p.awaitReclaim(int64(p.node.o.peerBudget) / 64)
 	}
 	start := p.node.now()
 	p.credit.begin(start)
@@ -53,7 +50,6 @@ func (p *Peer) WaitCredit(ctx context.Context, mark uint64) error {
 	}()
 	select {
 	case <-w:
-	case <-retry:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -84,6 +80,9 @@ func (s *Sender) Peer() *Peer { return s.ch.peer }
 // forever. Empty windows within their share keep their rings too, unless
 // the budget has stood still (no ack freed anything) for reclaimEvery while
 // a sender waited for it: quiet channels can hold all of it between them.
+// Senders waiting for the budget do not look again themselves: the node's
+// timer looks for them all (reclaimForWaiters), and wakes them if it freed
+// anything.
 
 // charge takes n bytes of the budget, or reports that they are not free.
 // It never takes them even for a moment when they are not free: with the
@@ -167,4 +166,36 @@ func (p *Peer) reclaimIdle(need int64) bool {
 	p.charged.Add(-released)
 	p.budget.broadcast()
 	return true
+}
+
+// awaitReclaim records that a sender is about to wait for need bytes of
+// the budget, which quiet windows may hold while no ack will wake it: the
+// node's timer looks at them on its behalf (reclaimForWaiters). The caller
+// counts among the budget's waiters already, so that the timer, which
+// forgets the need once nobody waits, cannot forget this one.
+func (p *Peer) awaitReclaim(need int64) {
+	p.reclaim.Lock()
+	p.reclaim.need = max(p.reclaim.need, need)
+	p.reclaim.Unlock()
+}
+
+// reclaimForWaiters takes back the rings of quiet windows for the senders
+// waiting for the budget, as much as the neediest of them asked for since
+// nobody waited; reclaimIdle wakes them if it freed any. It runs at each of
+// the timer's housekeeping rounds, and reclaimIdle looks at windows within
+// their share once a reclaimEvery at most. Timer goroutine only. One look
+// serves every waiting sender: with a timer each, every sender woke each
+// reclaimEvery to look, and found that another had (16,000 senders blocked
+// on one peer kept 0.8 of a core busy, and an Abort of 64,000 channels
+// with a sender blocked on each ran against 640,000 wake-ups a second).
+func (p *Peer) reclaimForWaiters() {
+	p.reclaim.Lock()
+	if p.budget.waiters.Load() == 0 {
+		p.reclaim.need = 0
+	}
+	need := p.reclaim.need
+	p.reclaim.Unlock()
+	if need > 0 {
+		p.reclaimIdle(need)
+	}
 }

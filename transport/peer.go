@@ -31,10 +31,17 @@ type Peer struct {
 	charged    atomic.Int64
 	idle       atomic.Int64
 	reclaiming atomic.Bool
-	// When a sender short of budget last looked whether it stood still,
-	// and the budget's generation then (see reclaimIdle).
+	// When a sender short of budget, or the node's timer on behalf of
+	// those waiting, last looked whether it stood still, and the budget's
+	// generation then (see reclaimIdle).
 	lookedAt  atomic.Int64
 	lookedGen atomic.Uint64
+	// reclaim is what the senders waiting for the budget need, for the
+	// node's timer to look for on their behalf (see awaitReclaim).
+	reclaim struct {
+		sync.Mutex
+		need int64 // bytes; 0 once nobody waits for the budget
+	}
 	nchannels atomic.Int64 // open channels, which share the budget
 	// rings is where the channels' windows take their rings from and give
 	// them back to, holding at most an eighth of the budget more (see

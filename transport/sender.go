@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/sluicehq/sluice/batch"
 	"github.com/sluicehq/sluice/lossdetect"
@@ -362,16 +361,13 @@ func (ch *channel) waitCredit(ctx context.Context, ts int64, size int) error {
 			defer func() { c.markStreaming(p.node.now(), ch) }()
 		}
 	}
-	var retry <-chan time.Time
 	if budgetShort {
 		if p.reclaimIdle(int64(cost)) {
 			return nil
 		}
 		// Quiet windows may hold the budget, and no ack would wake this
-		// sender: look again after reclaimEvery.
-		t := time.NewTimer(reclaimEvery)
-		defer t.Stop()
-		retry = t.C
+		// sender: the node's timer looks at them on its behalf.
+		p.awaitReclaim(int64(cost))
 	}
 	start := p.node.now()
 	p.credit.begin(start)
@@ -382,15 +378,21 @@ func (ch *channel) waitCredit(ctx context.Context, ts int64, size int) error {
 		ch.blocked.Add(d)
 		p.blocked.Add(d)
 	}()
+	if hook := testHookCreditWait.Load(); hook != nil {
+		(*hook)(ch)
+	}
 	select {
 	case <-w1:
 	case <-w2:
-	case <-retry:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	return nil
 }
+
+// testHookCreditWait, set only by tests, runs in waitCredit as a sender
+// begins to block, each time it does.
+var testHookCreditWait atomic.Pointer[func(*channel)]
 
 // Flush blocks until every message sent so far has been consumed by the
 // target task and acknowledged, the sender is closed, or ctx ends. With

@@ -291,6 +291,9 @@ func (t *timers) housekeep(now int64) {
 			c.ping(now)
 		}
 	}
+	for _, p := range n.peers() {
+		p.reclaimForWaiters()
+	}
 	n.checkHealth(now)
 	if t.nextReset > 0 && now >= t.nextReset {
 		t.nextReset = now + int64(n.o.faults.Reset)
