@@ -27,11 +27,15 @@ import (
 // Delay, Bandwidth and Partition hold frames of every type and write them
 // later, in the order they were written: TCP delays a connection's bytes
 // but never reorders them.
+//
+// Reset and Partition are timed on the node's fault clock, which starts
+// with the node, or, for a node made with [WithDeferredFaultClock], when
+// [Node.StartFaultClock] is called.
 type Faults struct {
 	Drop     float64       // probability that a DATA frame is dropped
 	CtrlDrop float64       // probability that an ACKREQUEST, ACK, PING or PONG is dropped
 	Dup      float64       // probability that a DATA or control frame is sent twice
-	Reset    time.Duration // break one dialed connection abruptly every Reset, at most once per 20 ms (0: never)
+	Reset    time.Duration // break one dialed connection abruptly every Reset (the first Reset after the fault clock started), at most once per 20 ms (0: never)
 
 	// Delay holds each frame Delay, plus or minus up to Jitter (uniform),
 	// before it goes out; a frame never overtakes the one before it.
@@ -42,7 +46,8 @@ type Faults struct {
 	// GE drops the same frames as Drop and CtrlDrop in bursts.
 	GE GilbertElliott
 	// Partition cuts the node off from its peers for PartitionFor,
-	// starting PartitionAt after the node started: nothing it writes goes
+	// starting PartitionAt after the fault clock started (with the node,
+	// unless deferred): nothing it writes goes
 	// out and nothing it receives is read until the partition heals. The
 	// connections survive it, as TCP connections outlast a short partition
 	// by retransmitting: what was held goes out at the heal, in order.
@@ -124,7 +129,8 @@ func (f Faults) validate() error {
 //     1000) or KiB, MiB, GiB (of 1024) and an optional "/s";
 //   - ge=P:R[:LOSSBAD[:LOSSGOOD]]: a Gilbert-Elliott model; LOSSBAD
 //     defaults to 1 and LOSSGOOD to 0 (Gilbert's model);
-//   - partition=T@S: a partition of T starting S after the node started.
+//   - partition=T@S: a partition of T starting S after the node's fault
+//     clock started: the node's start, unless [WithDeferredFaultClock].
 //
 // Keys it does not know are returned in rest, in order, for layers above the
 // transport (the engine's crash= and kill=). [Faults.String] writes faults
@@ -270,13 +276,38 @@ func (f Faults) String() string {
 	return strings.Join(parts, ",")
 }
 
-// partitionTime is how much of f's partition has passed at now (node
-// time).
-func (f Faults) partitionTime(now int64) time.Duration {
+// partitionTime is how much of f's partition has passed when the fault
+// clock reads t.
+func (f Faults) partitionTime(t int64) time.Duration {
 	if f.PartitionFor <= 0 {
 		return 0
 	}
-	return time.Duration(min(max(now-int64(f.PartitionAt), 0), int64(f.PartitionFor)))
+	return time.Duration(min(max(t-int64(f.PartitionAt), 0), int64(f.PartitionFor)))
+}
+
+// faultClock is when a node's timed faults (Reset, the partition) count
+// from, in node time: the node's start (0, the zero value), or, for a node
+// made with WithDeferredFaultClock, the call of Node.StartFaultClock
+// (faultClockStopped until then). It is set at most once after the node
+// starts, so a connection's fault model may keep what it read once it
+// found the clock started.
+type faultClock struct{ from atomic.Int64 }
+
+const faultClockStopped = -1
+
+// started returns when the clock started (node time), and false before it
+// did. A nil clock is one that started with the node.
+func (c *faultClock) started() (from int64, ok bool) {
+	if c == nil {
+		return 0, true
+	}
+	from = c.from.Load()
+	return from, from != faultClockStopped
+}
+
+// start starts a stopped clock at now, and reports whether it did.
+func (c *faultClock) start(now int64) bool {
+	return c.from.CompareAndSwap(faultClockStopped, now)
 }
 
 // FaultStats counts the faults a node injected.
@@ -371,21 +402,36 @@ type faultModel struct {
 	tat      int64 // the bandwidth cap's theoretical arrival time (GCRA)
 	lastSend int64 // when the previous frame left: none overtakes it
 	last     int64 // when the previous frame arrives: none overtakes it
-	// partStart and partEnd bound the partition in node time (0, 0: none).
+	// clock is the node's fault clock, on which the partition is timed;
+	// partStart and partEnd bound the partition in node time once it is
+	// scheduled (0, 0: none configured, or the clock has not started).
+	clock              *faultClock
 	partStart, partEnd int64
 }
 
 // newFaultModel returns the model of f for the connection numbered stream,
-// or nil when f does nothing to frames.
-func newFaultModel(f Faults, stream uint64, n *faultCounters) *faultModel {
+// its partition timed on clock (nil: from the node's start), or nil when f
+// does nothing to frames.
+func newFaultModel(f Faults, stream uint64, n *faultCounters, clock *faultClock) *faultModel {
 	if !f.framed() {
 		return nil
 	}
-	m := &faultModel{f: f, rng: rand.New(rand.NewPCG(f.Seed, stream)), n: n}
-	if f.PartitionFor > 0 {
-		m.partStart, m.partEnd = int64(f.PartitionAt), int64(f.PartitionAt+f.PartitionFor)
-	}
+	m := &faultModel{f: f, rng: rand.New(rand.NewPCG(f.Seed, stream)), n: n, clock: clock}
+	m.schedule()
 	return m
+}
+
+// schedule places the partition in node time once the fault clock has
+// started. Until then there is none: the partition of a connection made
+// before the clock started is placed when the connection next writes a
+// frame or reads.
+func (m *faultModel) schedule() {
+	if m.partEnd != 0 || m.f.PartitionFor <= 0 {
+		return
+	}
+	if from, ok := m.clock.started(); ok {
+		m.partStart, m.partEnd = from+int64(m.f.PartitionAt), from+int64(m.f.PartitionAt+m.f.PartitionFor)
+	}
 }
 
 // fate returns how many copies of a frame of type t and size bytes,
@@ -406,6 +452,7 @@ func (m *faultModel) fate(now int64, t wire.FrameType, size int) (copies int, se
 			copies = 2
 		}
 	}
+	m.schedule()
 	partitioned := false
 	sendAt = max(now, m.lastSend)
 	if (now >= m.partStart && now < m.partEnd) || (sendAt >= m.partStart && sendAt < m.partEnd) {
@@ -479,6 +526,7 @@ func (m *faultModel) lost(t wire.FrameType) bool {
 
 // partitionEnd returns when the partition in effect at now heals, or 0.
 func (m *faultModel) partitionEnd(now int64) int64 {
+	m.schedule()
 	if now >= m.partStart && now < m.partEnd {
 		return m.partEnd
 	}

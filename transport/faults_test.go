@@ -23,7 +23,7 @@ func frameOf(t wire.FrameType, i int) []byte {
 func TestTheFaultLinkDropsAndDuplicatesWholeFramesAsItCounts(t *testing.T) {
 	var n faultCounters
 	rec := &recLink{}
-	l := newFaultLink(rec, newFaultModel(Faults{Drop: 0.3, CtrlDrop: 0.3, Dup: 0.2, Seed: 5}, 1, &n),
+	l := newFaultLink(rec, newFaultModel(Faults{Drop: 0.3, CtrlDrop: 0.3, Dup: 0.2, Seed: 5}, 1, &n, nil),
 		func() int64 { return 0 }, nil, nil)
 
 	preface := []byte("not a frame")
@@ -168,9 +168,13 @@ type clockLink struct {
 	read  int // bytes of rec.wrote already looked at
 }
 
-func newClockLink(t *testing.T, f Faults) *clockLink {
+func newClockLink(t *testing.T, f Faults) *clockLink { return newClockLinkOn(t, f, nil) }
+
+// newClockLinkOn is newClockLink with its timed faults on the fault clock
+// clk.
+func newClockLinkOn(t *testing.T, f Faults, clk *faultClock) *clockLink {
 	c := &clockLink{t: t, rec: &recLink{}, at: map[int]int64{}}
-	c.l = newFaultLink(untimedLink{c.rec}, newFaultModel(f, 1, &c.n), func() int64 { return c.now }, func() {}, func() {})
+	c.l = newFaultLink(untimedLink{c.rec}, newFaultModel(f, 1, &c.n, clk), func() int64 { return c.now }, func() {}, func() {})
 	c.l.arm()
 	t.Cleanup(c.l.stop)
 	return c
@@ -310,7 +314,7 @@ func TestGilbertElliottLosesInBursts(t *testing.T) {
 	const frames = 200_000
 	run := func(f Faults) (lost uint64, meanRun float64, n *faultCounters) {
 		n = new(faultCounters)
-		m := newFaultModel(f, 1, n)
+		m := newFaultModel(f, 1, n, nil)
 		runs, in := 0, false
 		for range frames {
 			k, _, _ := m.fate(0, wire.FrameData, 100)
@@ -383,6 +387,96 @@ func TestAPartitionHoldsEverythingUntilItHeals(t *testing.T) {
 	}
 	if s := c.n.snapshot(); s.PartitionHeld != uint64(len(types)) || s.PartitionReads != 1 {
 		t.Errorf("counters %+v; want %d frames held and one read put off", s, len(types))
+	}
+}
+
+// On a deferred fault clock the partition begins PartitionAt after the
+// clock starts, however long after the node that is: before, frames pass
+// and the inbound bytes are read even where a clock started with the node
+// would have had the partition; after, it holds as one timed from the
+// node's start does. A connection made before the clock started (this
+// link's model was) is cut off all the same.
+func TestAPartitionOnADeferredFaultClockBeginsAfterTheClockStarts(t *testing.T) {
+	const at, length, started = int64(time.Second), int64(3 * time.Second), int64(5 * time.Second)
+	var clk faultClock
+	clk.from.Store(faultClockStopped)
+	c := newClockLinkOn(t, Faults{PartitionAt: time.Duration(at), PartitionFor: time.Duration(length)}, &clk)
+	inbound := []byte("inbound bytes")
+	c.rec.in = inbound
+
+	c.now = at + length/2 // inside a partition timed from the node's start
+	c.write(wire.FrameData, 0, 10)
+	if b, _ := c.l.Peek(-1); len(c.order) != 1 || !bytes.Equal(b, inbound) {
+		t.Fatalf("before the clock started: %d frames out (want 1 at once), Peek shows %q", len(c.order), b)
+	}
+	c.now = started
+	if !clk.start(started) || clk.start(started+1) {
+		t.Fatal("a stopped clock starts once, at the first call")
+	}
+	c.now = started + at - 1
+	c.write(wire.FrameData, 1, 10)
+	if len(c.order) != 2 {
+		t.Fatalf("%d frames out just before the partition, want both at once", len(c.order))
+	}
+	c.now = started + at
+	c.write(wire.FramePing, 2, 10)
+	if b, _ := c.l.Peek(-1); len(b) != 0 {
+		t.Fatalf("during the partition Peek shows %q", b)
+	}
+	c.advance(started + at + length - 1)
+	if len(c.order) != 2 {
+		t.Fatalf("%d frames out before the heal, want the 2 written before the partition", len(c.order))
+	}
+	c.advance(started + at + length)
+	c.checkInOrder(3)
+	if s := c.n.snapshot(); s.PartitionHeld != 1 || s.PartitionReads != 1 {
+		t.Errorf("counters %+v; want the one frame written during the partition held and one read put off", s)
+	}
+	if got := (Faults{PartitionAt: time.Duration(at), PartitionFor: time.Duration(length)}).partitionTime(at + length/2); got != time.Duration(length/2) {
+		t.Errorf("partitionTime half way through is %v", got)
+	}
+}
+
+// A node made with WithDeferredFaultClock resets no connection before its
+// clock starts, though Reset is due many times over on the node's own
+// clock, and starts resetting once it does; its Stats show none of the
+// partition before then. StartFaultClock starts the clock once, and not
+// that of a node whose clock started with it.
+func TestADeferredFaultClockHoldsTheTimedFaultsUntilItStarts(t *testing.T) {
+	rx := listeningNode(t, nil)
+	tx := testNode(t, WithFaults(Faults{Reset: time.Millisecond, PartitionAt: 0, PartitionFor: time.Hour, Seed: 1}),
+		WithDeferredFaultClock(), WithPingInterval(time.Millisecond), WithReconnectBackoff(time.Millisecond, time.Millisecond))
+	p, err := tx.Peer(rx.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each housekeeping pass (every 20 ms) pings the connection, which
+	// this waits to see answered on one connection three times: passes in
+	// which a clock that had started would have reset it.
+	deadline := time.Now().Add(20 * time.Second)
+	for o, ok := p.ClockOffset(); !ok || o.Samples < 3; o, ok = p.ClockOffset() {
+		if r := tx.Stats().Faults.Resets; r > 0 {
+			t.Fatalf("%d connections reset before the fault clock started", r)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no three round trips on one connection in 20 s (resets %d)", tx.Stats().Faults.Resets)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if f := tx.Stats().Faults; f.Resets != 0 || f.PartitionTime != 0 || f.PartitionHeld != 0 {
+		t.Fatalf("before the fault clock started: %+v, want no reset and nothing of the partition", f)
+	}
+	if !tx.StartFaultClock() || tx.StartFaultClock() {
+		t.Fatal("StartFaultClock starts a deferred clock once, at the first call")
+	}
+	for tx.Stats().Faults.Resets == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no reset in 20 s after the fault clock started")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if rx.StartFaultClock() {
+		t.Error("StartFaultClock started the clock of a node made without WithDeferredFaultClock")
 	}
 }
 

@@ -38,9 +38,10 @@ type Node struct {
 	tlsServer *tls.Config
 	sec       securityCounters
 
-	timers  *timers
-	faultN  faultCounters
-	connSeq atomic.Uint64
+	timers     *timers
+	faultN     faultCounters
+	faultClock faultClock
+	connSeq    atomic.Uint64
 	// lastDirect is when a sender's direct write to any of its
 	// connections last ended (see directGap).
 	lastDirect atomic.Int64
@@ -99,6 +100,9 @@ func NewNode(opts ...Option) (*Node, error) {
 	n.mu.inboxes = make(map[taskid.ID]*inbox)
 	n.mu.recv = make(map[pair]*recvState)
 	n.mu.perAddr = make(map[string]int)
+	if o.deferFaults {
+		n.faultClock.from.Store(faultClockStopped)
+	}
 	n.timers = newTimers(n)
 	if o.backend == BackendNet && o.tls != nil {
 		n.tlsServer = o.tls.Clone()
@@ -262,6 +266,16 @@ func (n *Node) Addr() string { return n.addr }
 // Faults returns the faults the node injects ([WithFaults]). Safe for
 // concurrent use.
 func (n *Node) Faults() Faults { return n.o.faults }
+
+// StartFaultClock starts the fault clock of a node made with
+// [WithDeferredFaultClock]: the partition of [WithFaults] begins
+// PartitionAt after this call, and the first reset is due Reset after it.
+// A load generator calls it when its measured run begins, so that the
+// timed faults fall in the run whatever the setup before it (dialing,
+// handshakes) took. It reports whether it started the clock: it does
+// nothing once the clock has started, and the clock of a node made without
+// that option started with the node. Safe for concurrent use.
+func (n *Node) StartFaultClock() bool { return n.faultClock.start(n.now()) }
 
 // ID is the node id announced to peers.
 func (n *Node) ID() uint64 { return n.id }

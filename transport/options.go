@@ -38,6 +38,7 @@ type options struct {
 	maxBackoff       time.Duration
 	eventLoops       int
 	faults           Faults
+	deferFaults      bool // the fault clock waits for Node.StartFaultClock
 	logger           *slog.Logger
 	key              []byte
 	tls              *tls.Config
@@ -290,6 +291,14 @@ func WithEventLoops(n int) Option { return func(o *options) { o.eventLoops = n }
 // connections leave all writing to their loop (no direct writes, which
 // would bypass it). Default none.
 func WithFaults(f Faults) Option { return func(o *options) { o.faults = f } }
+
+// WithDeferredFaultClock times the faults of [WithFaults] that come at set
+// times, Reset and the partition, from the call of [Node.StartFaultClock]
+// rather than from the node's start: until that call no connection is
+// reset and none is partitioned. The faults on frames (drops, duplicates,
+// delays, the bandwidth cap) apply from the start. Default: the fault
+// clock starts with the node.
+func WithDeferredFaultClock() Option { return func(o *options) { o.deferFaults = true } }
 
 // WithKey makes the node authenticate every connection with a pre-shared
 // key of at least 16 bytes: before any channel opens, both sides prove with

@@ -196,7 +196,9 @@ func (n *Node) Stats() Stats {
 		s.Conns = append(s.Conns, c.snapshot())
 	}
 	s.Faults = n.faultN.snapshot()
-	s.Faults.PartitionTime = n.o.faults.partitionTime(n.now())
+	if from, ok := n.faultClock.started(); ok {
+		s.Faults.PartitionTime = n.o.faults.partitionTime(n.now() - from)
+	}
 	s.Refused = n.sec.snapshot()
 	s.Alerts = n.health.snapshot()
 	for _, p := range n.peers() {

@@ -30,6 +30,8 @@ type timers struct {
 		handshake map[*conn]struct{}
 		closed    bool
 	}
+	// nextReset is when the next injected reset is due (node time; 0
+	// until the fault clock has started). Housekeeping only.
 	nextReset int64
 }
 
@@ -38,9 +40,6 @@ func newTimers(n *Node) *timers {
 	t.mu.conns = make(map[*conn]int64)
 	t.mu.handshake = make(map[*conn]struct{})
 	t.mu.chans = newWheel(n.now())
-	if n.o.faults.Reset > 0 {
-		t.nextReset = int64(n.o.faults.Reset)
-	}
 	return t
 }
 
@@ -295,6 +294,11 @@ func (t *timers) housekeep(now int64) {
 		p.reclaimForWaiters()
 	}
 	n.checkHealth(now)
+	if t.nextReset == 0 && n.o.faults.Reset > 0 {
+		if from, ok := n.faultClock.started(); ok {
+			t.nextReset = from + int64(n.o.faults.Reset) // the first reset
+		}
+	}
 	if t.nextReset > 0 && now >= t.nextReset {
 		t.nextReset = now + int64(n.o.faults.Reset)
 		var dialed []*conn

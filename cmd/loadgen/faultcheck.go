@@ -24,8 +24,8 @@ const timedSlack = 2 * time.Second
 // that never ran still leaves chances to hold its zero counts against.
 type faultChances struct {
 	dataFrames, ctrlFrames int64
-	// ran is how long the nodes ran with the faults on their own clocks;
-	// 0 leaves the timed faults (reset, partition) unchecked, as when
+	// ran is how long the nodes ran with the faults on their own fault
+	// clocks (transport.Node.StartFaultClock); 0 leaves the timed faults (reset, partition) unchecked, as when
 	// killed processes restart them.
 	ran time.Duration
 }

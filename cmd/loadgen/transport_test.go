@@ -190,7 +190,12 @@ func TestProducerCount(t *testing.T) {
 
 // A transport run with a partition marks on its timeline when the partition
 // began and when it healed, and every message still arrives once; the other
-// new faults are counted in the report.
+// new faults are counted in the report. The partition is timed from the
+// start of the run, so it falls in the run's traffic and holds some of it
+// however long the setup before took: timed from the node's start, it was
+// over before the senders began when a loaded machine (2 cores busy with
+// other processes, this one at nice 15, -race) took 0.6 to 1.6 s to dial
+// and open the channels, and the run held nothing (3 runs in 30).
 func TestTransportRunMarksThePartitionOnItsTimeline(t *testing.T) {
 	cfg := transportConfig{size: 100, duration: time.Second, rate: 20000, channels: 4, connections: 1, seed: 3,
 		faults: "delay=1ms,jitter=500us,ge=0.01:0.3:0.5,partition=300ms@300ms", delivery: "auto"}
@@ -210,8 +215,8 @@ func TestTransportRunMarksThePartitionOnItsTimeline(t *testing.T) {
 			healed = e.T
 		}
 	}
-	if began == 0 || healed <= began {
-		t.Errorf("events %+v: want a partition then its heal", r.Events)
+	if began < 0.3 || healed <= began {
+		t.Errorf("events %+v: want a partition 300 ms or more into the run, then its heal", r.Events)
 	}
 	for _, k := range []string{"delayed", "ge_drop", "partition_held", "partition_ms"} {
 		if r.Faults[k] == 0 {
