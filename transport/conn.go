@@ -267,7 +267,7 @@ func (c *conn) setLink(lk link, fd int) bool {
 		(*hook)(c)
 	}
 	var faults *faultLink
-	if m := newFaultModel(c.node.o.faults, c.stream, &c.node.faultN, &c.node.faultClock); m != nil {
+	if m := newFaultModel(c.node.o.faults, c.stream, &c.node.faultN, &c.node.faultSched); m != nil {
 		heal := func() {
 			if !c.onTraffic() {
 				_ = c.lk.Close()

@@ -46,9 +46,12 @@ type Faults struct {
 	// GE drops the same frames as Drop and CtrlDrop in bursts.
 	GE GilbertElliott
 	// Partition cuts the node off from its peers for PartitionFor,
-	// starting PartitionAt after the fault clock started (with the node,
-	// unless deferred): nothing it writes goes
-	// out and nothing it receives is read until the partition heals. The
+	// beginning when it next writes a frame or looks at what it received
+	// once PartitionAt has passed on the fault clock: nothing it writes
+	// goes out and nothing it receives is read until the partition heals.
+	// On a node with traffic that is PartitionAt; one that did no I/O from
+	// then on (idle, or not scheduled on a loaded machine) would have had
+	// nothing cut off, and the partition waits for it. The
 	// connections survive it, as TCP connections outlast a short partition
 	// by retransmitting: what was held goes out at the heal, in order.
 	// What arrives meanwhile waits unread in the link's inbound buffer,
@@ -129,8 +132,9 @@ func (f Faults) validate() error {
 //     1000) or KiB, MiB, GiB (of 1024) and an optional "/s";
 //   - ge=P:R[:LOSSBAD[:LOSSGOOD]]: a Gilbert-Elliott model; LOSSBAD
 //     defaults to 1 and LOSSGOOD to 0 (Gilbert's model);
-//   - partition=T@S: a partition of T starting S after the node's fault
-//     clock started: the node's start, unless [WithDeferredFaultClock].
+//   - partition=T@S: a partition of T beginning with the node's first
+//     write or read S or more after its fault clock started (the node's
+//     start, unless [WithDeferredFaultClock]).
 //
 // Keys it does not know are returned in rest, in order, for layers above the
 // transport (the engine's crash= and kill=). [Faults.String] writes faults
@@ -276,38 +280,52 @@ func (f Faults) String() string {
 	return strings.Join(parts, ",")
 }
 
-// partitionTime is how much of f's partition has passed when the fault
-// clock reads t.
-func (f Faults) partitionTime(t int64) time.Duration {
-	if f.PartitionFor <= 0 {
-		return 0
-	}
-	return time.Duration(min(max(t-int64(f.PartitionAt), 0), int64(f.PartitionFor)))
-}
-
-// faultClock is when a node's timed faults (Reset, the partition) count
-// from, in node time: the node's start (0, the zero value), or, for a node
-// made with WithDeferredFaultClock, the call of Node.StartFaultClock
-// (faultClockStopped until then). It is set at most once after the node
-// starts, so a connection's fault model may keep what it read once it
-// found the clock started.
-type faultClock struct{ from atomic.Int64 }
+// faultSchedule is when a node's timed faults happen, shared by its
+// connections' models. from is when the fault clock started, in node time:
+// the node's start (0, the zero value), or, for a node made with
+// WithDeferredFaultClock, the call of Node.StartFaultClock
+// (faultClockStopped until then). began is when the partition began, node
+// time plus one (0: not yet): at the first write or read of any connection
+// once PartitionAt had passed on the clock. Each is set at most once, so a
+// model may keep what it read once it found it set.
+type faultSchedule struct{ from, began atomic.Int64 }
 
 const faultClockStopped = -1
 
-// started returns when the clock started (node time), and false before it
-// did. A nil clock is one that started with the node.
-func (c *faultClock) started() (from int64, ok bool) {
-	if c == nil {
-		return 0, true
-	}
-	from = c.from.Load()
+// clockStarted returns when the fault clock started (node time), and false
+// before it did.
+func (s *faultSchedule) clockStarted() (from int64, ok bool) {
+	from = s.from.Load()
 	return from, from != faultClockStopped
 }
 
-// start starts a stopped clock at now, and reports whether it did.
-func (c *faultClock) start(now int64) bool {
-	return c.from.CompareAndSwap(faultClockStopped, now)
+// startClock starts a stopped clock at now, and reports whether it did.
+func (s *faultSchedule) startClock(now int64) bool {
+	return s.from.CompareAndSwap(faultClockStopped, now)
+}
+
+// partitionBegan returns when the partition began (node time), and false
+// before it did.
+func (s *faultSchedule) partitionBegan() (int64, bool) {
+	b := s.began.Load()
+	return b - 1, b != 0
+}
+
+// beginPartition begins the partition at now, unless a connection began
+// it already, and returns when it began.
+func (s *faultSchedule) beginPartition(now int64) int64 {
+	s.began.CompareAndSwap(0, now+1)
+	return s.began.Load() - 1
+}
+
+// partitionTime is how much of f's partition has passed at now (node
+// time): 0 before it began.
+func (s *faultSchedule) partitionTime(f Faults, now int64) time.Duration {
+	began, ok := s.partitionBegan()
+	if !ok || f.PartitionFor <= 0 {
+		return 0
+	}
+	return time.Duration(min(max(now-began, 0), int64(f.PartitionFor)))
 }
 
 // FaultStats counts the faults a node injected.
@@ -402,36 +420,45 @@ type faultModel struct {
 	tat      int64 // the bandwidth cap's theoretical arrival time (GCRA)
 	lastSend int64 // when the previous frame left: none overtakes it
 	last     int64 // when the previous frame arrives: none overtakes it
-	// clock is the node's fault clock, on which the partition is timed;
-	// partStart and partEnd bound the partition in node time once it is
-	// scheduled (0, 0: none configured, or the clock has not started).
-	clock              *faultClock
+	// sched is the node's schedule of timed faults; partStart and partEnd
+	// bound the partition in node time once it began (0, 0: not yet, or
+	// none configured).
+	sched              *faultSchedule
 	partStart, partEnd int64
 }
 
 // newFaultModel returns the model of f for the connection numbered stream,
-// its partition timed on clock (nil: from the node's start), or nil when f
-// does nothing to frames.
-func newFaultModel(f Faults, stream uint64, n *faultCounters, clock *faultClock) *faultModel {
+// its partition on the node's schedule sched (nil: one of its own, whose
+// clock started with the node), or nil when f does nothing to frames.
+func newFaultModel(f Faults, stream uint64, n *faultCounters, sched *faultSchedule) *faultModel {
 	if !f.framed() {
 		return nil
 	}
-	m := &faultModel{f: f, rng: rand.New(rand.NewPCG(f.Seed, stream)), n: n, clock: clock}
-	m.schedule()
-	return m
+	if sched == nil {
+		sched = new(faultSchedule)
+	}
+	return &faultModel{f: f, rng: rand.New(rand.NewPCG(f.Seed, stream)), n: n, sched: sched}
 }
 
-// schedule places the partition in node time once the fault clock has
-// started. Until then there is none: the partition of a connection made
-// before the clock started is placed when the connection next writes a
-// frame or reads.
-func (m *faultModel) schedule() {
+// placePartition places the partition in node time once it has begun, on
+// this connection or another of the node's. A frame written or a read at
+// now begins it once PartitionAt has passed on the fault clock, so that it
+// holds that frame or read: timed by the clock alone, a partition passed
+// without meeting either when the node was not scheduled while it lasted
+// (a loaded machine's transport run).
+func (m *faultModel) placePartition(now int64) {
 	if m.partEnd != 0 || m.f.PartitionFor <= 0 {
 		return
 	}
-	if from, ok := m.clock.started(); ok {
-		m.partStart, m.partEnd = from+int64(m.f.PartitionAt), from+int64(m.f.PartitionAt+m.f.PartitionFor)
+	began, ok := m.sched.partitionBegan()
+	if !ok {
+		from, started := m.sched.clockStarted()
+		if !started || now < from+int64(m.f.PartitionAt) {
+			return
+		}
+		began = m.sched.beginPartition(now)
 	}
+	m.partStart, m.partEnd = began, began+int64(m.f.PartitionFor)
 }
 
 // fate returns how many copies of a frame of type t and size bytes,
@@ -452,7 +479,7 @@ func (m *faultModel) fate(now int64, t wire.FrameType, size int) (copies int, se
 			copies = 2
 		}
 	}
-	m.schedule()
+	m.placePartition(now)
 	partitioned := false
 	sendAt = max(now, m.lastSend)
 	if (now >= m.partStart && now < m.partEnd) || (sendAt >= m.partStart && sendAt < m.partEnd) {
@@ -526,7 +553,7 @@ func (m *faultModel) lost(t wire.FrameType) bool {
 
 // partitionEnd returns when the partition in effect at now heals, or 0.
 func (m *faultModel) partitionEnd(now int64) int64 {
-	m.schedule()
+	m.placePartition(now)
 	if now >= m.partStart && now < m.partEnd {
 		return m.partEnd
 	}

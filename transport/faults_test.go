@@ -170,11 +170,11 @@ type clockLink struct {
 
 func newClockLink(t *testing.T, f Faults) *clockLink { return newClockLinkOn(t, f, nil) }
 
-// newClockLinkOn is newClockLink with its timed faults on the fault clock
-// clk.
-func newClockLinkOn(t *testing.T, f Faults, clk *faultClock) *clockLink {
+// newClockLinkOn is newClockLink with its timed faults on the node's
+// schedule sched, which other links may share.
+func newClockLinkOn(t *testing.T, f Faults, sched *faultSchedule) *clockLink {
 	c := &clockLink{t: t, rec: &recLink{}, at: map[int]int64{}}
-	c.l = newFaultLink(untimedLink{c.rec}, newFaultModel(f, 1, &c.n, clk), func() int64 { return c.now }, func() {}, func() {})
+	c.l = newFaultLink(untimedLink{c.rec}, newFaultModel(f, 1, &c.n, sched), func() int64 { return c.now }, func() {}, func() {})
 	c.l.arm()
 	t.Cleanup(c.l.stop)
 	return c
@@ -398,9 +398,10 @@ func TestAPartitionHoldsEverythingUntilItHeals(t *testing.T) {
 // link's model was) is cut off all the same.
 func TestAPartitionOnADeferredFaultClockBeginsAfterTheClockStarts(t *testing.T) {
 	const at, length, started = int64(time.Second), int64(3 * time.Second), int64(5 * time.Second)
-	var clk faultClock
-	clk.from.Store(faultClockStopped)
-	c := newClockLinkOn(t, Faults{PartitionAt: time.Duration(at), PartitionFor: time.Duration(length)}, &clk)
+	var sched faultSchedule
+	sched.from.Store(faultClockStopped)
+	f := Faults{PartitionAt: time.Duration(at), PartitionFor: time.Duration(length)}
+	c := newClockLinkOn(t, f, &sched)
 	inbound := []byte("inbound bytes")
 	c.rec.in = inbound
 
@@ -410,7 +411,7 @@ func TestAPartitionOnADeferredFaultClockBeginsAfterTheClockStarts(t *testing.T) 
 		t.Fatalf("before the clock started: %d frames out (want 1 at once), Peek shows %q", len(c.order), b)
 	}
 	c.now = started
-	if !clk.start(started) || clk.start(started+1) {
+	if !sched.startClock(started) || sched.startClock(started+1) {
 		t.Fatal("a stopped clock starts once, at the first call")
 	}
 	c.now = started + at - 1
@@ -432,8 +433,53 @@ func TestAPartitionOnADeferredFaultClockBeginsAfterTheClockStarts(t *testing.T) 
 	if s := c.n.snapshot(); s.PartitionHeld != 1 || s.PartitionReads != 1 {
 		t.Errorf("counters %+v; want the one frame written during the partition held and one read put off", s)
 	}
-	if got := (Faults{PartitionAt: time.Duration(at), PartitionFor: time.Duration(length)}).partitionTime(at + length/2); got != time.Duration(length/2) {
+	if got := sched.partitionTime(f, started+at+length/2); got != time.Duration(length/2) {
 		t.Errorf("partitionTime half way through is %v", got)
+	}
+}
+
+// The partition begins with the node's first write or read once
+// PartitionAt has passed, on whichever of its connections, and lasts
+// PartitionFor from then: a node that was not scheduled while a partition
+// timed by the clock alone lasted did no I/O during it, and the partition
+// held nothing (a loaded machine's transport run). From its beginning
+// every connection of the node is cut off.
+func TestAPartitionBeginsWithTheFirstWriteOrReadOnceItIsDue(t *testing.T) {
+	const at, length, first = int64(time.Second), int64(3 * time.Second), int64(2 * time.Second)
+	f := Faults{PartitionAt: time.Duration(at), PartitionFor: time.Duration(length)}
+	for _, read := range []bool{false, true} {
+		var sched faultSchedule
+		a, b := newClockLinkOn(t, f, &sched), newClockLinkOn(t, f, &sched)
+		a.rec.in, b.rec.in = []byte("inbound bytes"), []byte("inbound bytes")
+		if pt := sched.partitionTime(f, first); pt != 0 {
+			t.Fatalf("partitionTime %v at %v, before any I/O since the partition was due", pt, time.Duration(first))
+		}
+		a.now, b.now = first, first+1 // nothing since at: the node was not running
+		if read {
+			if got, _ := a.l.Peek(-1); len(got) != 0 {
+				t.Fatalf("the first read since the partition was due shows %q", got)
+			}
+		} else {
+			a.write(wire.FrameData, 0, 10)
+		}
+		b.write(wire.FrameData, 0, 10)
+		if got, _ := b.l.Peek(-1); len(got) != 0 {
+			t.Fatalf("once the partition began on another connection, Peek shows %q", got)
+		}
+		for _, c := range []*clockLink{a, b} {
+			c.advance(first + length - 1)
+			if len(c.order) != 0 {
+				t.Fatalf("a frame came out at %v, in the partition", time.Duration(c.at[0]))
+			}
+			c.advance(first + length)
+		}
+		b.checkInOrder(1)
+		if s := a.n.snapshot().Add(b.n.snapshot()); s.PartitionHeld+s.PartitionReads < 2 || s.PartitionHeld == 0 {
+			t.Errorf("began by a %s: counters %+v; want what was written held and what was read put off", map[bool]string{true: "read", false: "write"}[read], s)
+		}
+		if pt := sched.partitionTime(f, first+length/2); pt != time.Duration(length/2) {
+			t.Errorf("partitionTime %v half way through the partition", pt)
+		}
 	}
 }
 

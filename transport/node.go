@@ -40,7 +40,7 @@ type Node struct {
 
 	timers     *timers
 	faultN     faultCounters
-	faultClock faultClock
+	faultSched faultSchedule
 	connSeq    atomic.Uint64
 	// lastDirect is when a sender's direct write to any of its
 	// connections last ended (see directGap).
@@ -101,7 +101,7 @@ func NewNode(opts ...Option) (*Node, error) {
 	n.mu.recv = make(map[pair]*recvState)
 	n.mu.perAddr = make(map[string]int)
 	if o.deferFaults {
-		n.faultClock.from.Store(faultClockStopped)
+		n.faultSched.from.Store(faultClockStopped)
 	}
 	n.timers = newTimers(n)
 	if o.backend == BackendNet && o.tls != nil {
@@ -268,14 +268,14 @@ func (n *Node) Addr() string { return n.addr }
 func (n *Node) Faults() Faults { return n.o.faults }
 
 // StartFaultClock starts the fault clock of a node made with
-// [WithDeferredFaultClock]: the partition of [WithFaults] begins
-// PartitionAt after this call, and the first reset is due Reset after it.
+// [WithDeferredFaultClock]: the partition of [WithFaults] is due
+// PartitionAt after this call, and the first reset Reset after it.
 // A load generator calls it when its measured run begins, so that the
 // timed faults fall in the run whatever the setup before it (dialing,
 // handshakes) took. It reports whether it started the clock: it does
 // nothing once the clock has started, and the clock of a node made without
 // that option started with the node. Safe for concurrent use.
-func (n *Node) StartFaultClock() bool { return n.faultClock.start(n.now()) }
+func (n *Node) StartFaultClock() bool { return n.faultSched.startClock(n.now()) }
 
 // ID is the node id announced to peers.
 func (n *Node) ID() uint64 { return n.id }

@@ -196,9 +196,7 @@ func (n *Node) Stats() Stats {
 		s.Conns = append(s.Conns, c.snapshot())
 	}
 	s.Faults = n.faultN.snapshot()
-	if from, ok := n.faultClock.started(); ok {
-		s.Faults.PartitionTime = n.o.faults.partitionTime(n.now() - from)
-	}
+	s.Faults.PartitionTime = n.faultSched.partitionTime(n.o.faults, n.now())
 	s.Refused = n.sec.snapshot()
 	s.Alerts = n.health.snapshot()
 	for _, p := range n.peers() {

@@ -295,7 +295,7 @@ func (t *timers) housekeep(now int64) {
 	}
 	n.checkHealth(now)
 	if t.nextReset == 0 && n.o.faults.Reset > 0 {
-		if from, ok := n.faultClock.started(); ok {
+		if from, ok := n.faultSched.clockStarted(); ok {
 			t.nextReset = from + int64(n.o.faults.Reset) // the first reset
 		}
 	}

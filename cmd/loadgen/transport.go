@@ -342,7 +342,6 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	// Ended early by ctx (Ctrl-C, SIGTERM): the report still gives what was
 	// measured, and fails the run so that it does not pass for a complete one.
 	interrupted := ctx.Err() != nil
-	stopMarks()
 	report.Notes = append(report.Notes, mem.stop())
 	if lim != nil {
 		lim.Lift()
@@ -369,6 +368,11 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 	// not waited for, so it is not known to be lost.
 	aborted := drainErr != nil && abortOf(ctx).Err() != nil
 	elapsed := time.Since(start)
+	// The faults are marked until everything sent was acknowledged: a
+	// partition that began late (it waits for the node's first write or
+	// read once due) may heal after the sending, and holds what it held
+	// until then.
+	stopMarks()
 	prog.Stop()
 
 	txs, rxs := tx.Stats(), rx.Stats()
@@ -425,7 +429,9 @@ func runTransport(ctx context.Context, cfg transportConfig, stdout, stderr io.Wr
 // markFaults marks on the run's timeline each connection reset the nodes
 // inject and when a partition started and healed, as they happen (drops,
 // duplicates and delays are too many to mark; the report counts them). It
-// returns the function that stops it.
+// returns the function that stops it, after a last look: what happened
+// since the last tick is marked too, where a select that found both the
+// tick and the stop ready would have left it out half the time.
 func markFaults(prog *bench.Progress, nodes ...*transport.Node) func() {
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -436,10 +442,10 @@ func markFaults(prog *bench.Progress, nodes ...*transport.Node) func() {
 		var resets uint64
 		started := make([]bool, len(nodes))
 		healed := make([]bool, len(nodes))
-		for {
+		for stopped := false; !stopped; {
 			select {
 			case <-stop:
-				return
+				stopped = true
 			case <-t.C:
 			}
 			var now uint64
