@@ -96,7 +96,9 @@
 // memory of all windows to one peer ([WithPeerBudget]), each connection's
 // messages received and not yet consumed ([WithInboundBudget]: payloads
 // and records), its raw inbound bytes (at most one frame of [WithMaxFrame]
-// plus one read, and before authentication one small frame), and what it
+// plus one read, and before authentication one small frame; on the net
+// backend, while a write to the peer blocks, also what the peer sent
+// meanwhile, up to what a connection may hold for its peer), and what it
 // holds for a peer that sends but does not read ([ErrPeerNotReading]).
 // Limits on frame size, channels per connection, the (source, target)
 // pairs the node keeps receiving state for ([WithMaxReceivers]),

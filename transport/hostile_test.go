@@ -638,39 +638,80 @@ func conns(rx *Node) map[*conn]bool {
 // hold the answers (PONGs here, ACKs alike) without bound: the event loop
 // writes what the socket takes and buffers the rest. The node closes the
 // connection once what waits for the peer passes what an honest one can
-// have waiting (backlogLimit; 1.6 MiB with these options). The net backend
-// is not in it: its loop blocks in the write, and so stops reading.
+// have waiting (backlogLimit; 1.6 MiB with these options). On the net
+// backend the loop blocks in the write instead, while the reader drains
+// the socket (an honest peer may be blocked in a write to this node just
+// as well): there what the peer sent meanwhile passes that limit, and the
+// node closes the socket. Either way the node takes from the peer at most
+// about twice the limit beyond what it decoded, however much the peer
+// writes.
 func TestAPeerThatSendsAndNeverReadsIsClosed(t *testing.T) {
-	rx := listeningNode(t, nil, WithWindow(64, 16<<10), WithPeerBudget(64<<10), WithMaxFrame(128<<10), WithMaxChannels(16))
-	old := conns(rx)
-	nc := rawConn(t, rx.Addr())
-	_ = nc.(*net.TCPConn).SetReadBuffer(4 << 10)
-	if _, err := nc.Write(goodPreface()); err != nil {
-		t.Fatal(err)
-	}
-	c := acceptedConn(t, rx, old)
-	var b []byte
-	for i := range 1 << 20 { // 18 MiB of PINGs, 26 MiB of PONGs
-		b = wire.AppendPing(b, uint64(i), wire.PingClock)
-	}
-	go func() { _, _ = nc.Write(b) }()
-	for tick := time.NewTicker(10 * time.Millisecond); ; {
-		select {
-		case <-c.done:
-		case <-tick.C:
-			if c.stats.wireIn.Load() >= uint64(len(b)) {
-				t.Fatalf("the node read all %d MiB of PINGs from a peer that reads nothing and kept the connection", len(b)>>20)
-			}
-			continue
+	forPlainBackends(t, func(t *testing.T, be []Option) {
+		const sockBuf = 64 << 10
+		rx := listeningNode(t, be, WithWindow(64, 16<<10), WithPeerBudget(64<<10), WithMaxFrame(128<<10), WithMaxChannels(16), WithSocketBuffers(sockBuf))
+		old := conns(rx)
+		nc := rawConn(t, rx.Addr())
+		_ = nc.(*net.TCPConn).SetReadBuffer(4 << 10)
+		_ = nc.(*net.TCPConn).SetWriteBuffer(sockBuf)
+		if _, err := nc.Write(goodPreface()); err != nil {
+			t.Fatal(err)
 		}
-		break
-	}
-	if !errors.Is(c.closeErr, ErrPeerNotReading) {
-		t.Errorf("closed with %v, want ErrPeerNotReading", c.closeErr)
-	}
-	if got := rx.Stats().Refused.Limits; got != 1 {
-		t.Errorf("%d connections refused for a limit, want 1", got)
-	}
+		c := acceptedConn(t, rx, old)
+		var b []byte
+		for i := range 1 << 20 { // 18 MiB of PINGs, 26 MiB of PONGs
+			b = wire.AppendPing(b, uint64(i), wire.PingClock)
+		}
+		written := make(chan int, 1)
+		go func() {
+			n, _ := nc.Write(b)
+			written <- n
+		}()
+		guard := time.After(20 * time.Second)
+		for tick := time.NewTicker(10 * time.Millisecond); ; {
+			select {
+			case <-c.done:
+			case <-tick.C:
+				if c.stats.wireIn.Load() >= uint64(len(b)) {
+					t.Fatalf("the node read all %d MiB of PINGs from a peer that reads nothing and kept the connection", len(b)>>20)
+				}
+				continue
+			case <-guard:
+				t.Fatalf("after 20 s the node keeps the connection of a peer that reads nothing (%d bytes of PINGs decoded)", c.stats.wireIn.Load())
+			}
+			break
+		}
+		if !errors.Is(c.closeErr, ErrPeerNotReading) {
+			t.Errorf("closed with %v, want ErrPeerNotReading", c.closeErr)
+		}
+		if got := rx.Stats().Refused.Limits; got != 1 {
+			t.Errorf("%d connections refused for a limit, want 1", got)
+		}
+		// What the node decoded is final once its loop has ended.
+		c.mu.Lock()
+		lk := c.lk
+		c.mu.Unlock()
+		if l, ok := lk.(*netLink); ok {
+			select {
+			case <-l.done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the connection's loop did not end")
+			}
+		}
+		var n int
+		select {
+		case n = <-written:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the peer's write did not end once the node closed the connection")
+		}
+		// Beyond what it decoded, the node took at most its inbound
+		// buffer and what its reader kept pending, a limit each, and the
+		// socket buffers hold the rest (Linux reserves up to twice the
+		// size asked, each way).
+		limit := c.backlogLimit()
+		if beyond := n - int(c.stats.wireIn.Load()); beyond > 2*limit+8*sockBuf {
+			t.Errorf("the peer wrote %d bytes the node did not decode, more than twice the limit of %d and the socket buffers", beyond, limit)
+		}
+	})
 }
 
 // The inbound budget counts each queued message's record (a Message, 32
