@@ -129,6 +129,12 @@ func FuzzAcceptedConn(f *testing.F) {
 			// closed the connection.
 			ponged = out.waitPong(10 * time.Second)
 		}
+		// The node writes its preface before it decodes anything, but its
+		// reader reads on while that write waits for this end, which a
+		// pipe makes it do: the input may all be read, and this end
+		// closed, before the preface was taken. A socket would hold it;
+		// take it before closing.
+		out.waitFor(10*time.Second, func(b []byte) bool { return len(b) >= wire.PrefaceLen })
 		client.Close()
 		n.Abort()
 		got := out.done()
