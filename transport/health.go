@@ -74,8 +74,9 @@ func (n *Node) checkEvery() time.Duration {
 	return min(max(d/10, 10*time.Millisecond), time.Second)
 }
 
-// checkHealth runs the health check if it is due. Timer goroutine only.
-func (n *Node) checkHealth(now int64) {
+// checkHealth runs the health check of peers, the node's, if it is due.
+// Timer goroutine only.
+func (n *Node) checkHealth(now int64, peers []*Peer) {
 	h := &n.health
 	if (n.o.stallAlert <= 0 && n.o.slowAlert <= 0) || now < h.next {
 		return
@@ -83,7 +84,7 @@ func (n *Node) checkHealth(now int64) {
 	h.next = now + int64(n.checkEvery())
 	// Channels and peers clear their alerts as they close (channel.shutLocked,
 	// Peer.close).
-	for _, p := range n.peers() {
+	for _, p := range peers {
 		if n.o.slowAlert > 0 {
 			n.checkSlow(p, now)
 		}

@@ -468,24 +468,28 @@ func (s *Sender) Close() error {
 // channel's lock is released, before its number is retired.
 var testHookClosed func(*channel)
 
-// closeLocked marks the channel closed and releases its retained bytes;
+// closeAlone marks the channel closed and releases its retained bytes;
 // its senders get why, in a ChannelError, from then on if it is not nil.
-// The caller holds ch.mu. It reports whether the channel was open, in
-// which case the caller, once it released ch.mu, broadcasts the channel's
-// credit, and the peer's budget and drained once for all the channels it
-// closes (see Peer.close).
-func (ch *channel) closeLocked(why error) bool {
+// It wakes the channel's own senders, but not the peer's budget and
+// drained: a caller closing many channels (Peer.close, Peer.refuseLocked)
+// broadcasts those once for all of them, each broadcast waking every
+// sender waiting on the budget.
+func (ch *channel) closeAlone(why error) {
+	ch.mu.Lock()
 	if ch.mu.closed {
-		return false
+		ch.mu.Unlock()
+		return
 	}
 	if why != nil && ch.mu.err == nil {
 		ch.mu.err = &ChannelError{Channel: ch.key, Err: why}
 	}
 	ch.shutLocked()
-	return true
+	ch.mu.Unlock()
+	ch.credit.broadcast()
 }
 
-// shutLocked is closeLocked for a caller that found the channel open.
+// shutLocked marks the open channel closed and releases its retained
+// bytes. The caller holds ch.mu, and wakes its waiters once it released it.
 func (ch *channel) shutLocked() {
 	ch.mu.closed = true
 	if ch.mu.stalledSince != 0 {

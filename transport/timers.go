@@ -290,10 +290,11 @@ func (t *timers) housekeep(now int64) {
 			c.ping(now)
 		}
 	}
-	for _, p := range n.peers() {
+	peers := n.peers()
+	for _, p := range peers {
 		p.reclaimForWaiters()
 	}
-	n.checkHealth(now)
+	n.checkHealth(now, peers)
 	if t.nextReset == 0 && n.o.faults.Reset > 0 {
 		if from, ok := n.faultSched.clockStarted(); ok {
 			t.nextReset = from + int64(n.o.faults.Reset) // the first reset
