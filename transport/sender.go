@@ -590,12 +590,14 @@ func (ch *channel) onAck(c *conn, a wire.Ack) {
 	ch.mu.Unlock()
 	if e.Freed > 0 {
 		// Credit grew on this channel, and perhaps the peer's budget:
-		// wake the channel's senders and anyone waiting for any credit.
+		// wake the channel's senders and anyone waiting for any credit;
+		// and Flush if that drained it. An ack that freed nothing (the
+		// answer to an OPEN, a repeat) drained nothing either.
 		ch.peer.budget.broadcast()
 		ch.credit.broadcast()
-	}
-	if drained {
-		ch.peer.drained.broadcast()
+		if drained {
+			ch.peer.drained.broadcast()
+		}
 	}
 }
 

@@ -219,8 +219,9 @@ func TestAbortWakesTheSendersWaitingForAPeersBudgetOnce(t *testing.T) {
 		tx.Abort()
 		budget, drained = p.budget.gen.Load()-budget, p.drained.gen.Load()-drained
 		senders.Wait()
-		// One of each is what closing the peer needs; the margin is for
-		// acks of OPENs the loop may still read as the node shuts down.
+		// One of each is what closing the peer needs; acks of OPENs the
+		// loop may still read as the node shuts down free nothing, and
+		// broadcast neither.
 		if budget > channels/10 || drained > channels/10 {
 			t.Errorf("Abort of a node with %d channels to a peer broadcast its budget %d times and drained %d times, want a few",
 				channels, budget, drained)
