@@ -29,6 +29,12 @@ func BenchmarkTransportPingPongTask(b *testing.B) { benchPingPong(b, pingTask) }
 // loop, and, the connection being idle, written to the socket there.
 func BenchmarkTransportPingPongInline(b *testing.B) { benchPingPong(b, pingInline) }
 
+// BenchmarkTransportPingPongTaskInline is BenchmarkTransportPingPongTask
+// with both tasks inline: every ping and pong is read, answered and
+// written on the event loop, as plain TCP's pinger and echo each read and
+// write on one goroutine.
+func BenchmarkTransportPingPongTaskInline(b *testing.B) { benchPingPong(b, pingTaskInline) }
+
 // BenchmarkTransportPingPongNetBackend is BenchmarkTransportPingPong on the
 // net-package backend, whose connections park in Go's netpoller instead of
 // blocking an event loop's thread in epoll_wait.
@@ -38,9 +44,10 @@ func BenchmarkTransportPingPongNetBackend(b *testing.B) {
 
 // How a ping-pong benchmark's tasks run.
 const (
-	pingHandOff = iota // Node.Handle; the pinger's handler hands each pong to the benchmark
-	pingTask           // Node.Handle; the pinger's handler sends the next ping
-	pingInline         // Node.HandleInline; the pinger's handler hands each pong to the benchmark
+	pingHandOff    = iota // Node.Handle; the pinger's handler hands each pong to the benchmark
+	pingTask              // Node.Handle; the pinger's handler sends the next ping
+	pingInline            // Node.HandleInline; the pinger's handler hands each pong to the benchmark
+	pingTaskInline        // Node.HandleInline; the pinger's handler sends the next ping
 )
 
 func benchPingPong(b *testing.B, mode int, opts ...Option) {
@@ -58,7 +65,7 @@ func benchPingPong(b *testing.B, mode int, opts ...Option) {
 		b.Fatal(err)
 	}
 	zh, ah := z.Handle, a.Handle
-	if mode == pingInline {
+	if mode == pingInline || mode == pingTaskInline {
 		zh, ah = z.HandleInline, a.HandleInline
 	}
 	_ = zh(taskid.ID{Processor: 1}, func(_ taskid.Channel, _ uint64, msgs []Message) {
@@ -68,7 +75,7 @@ func benchPingPong(b *testing.B, mode int, opts ...Option) {
 	})
 	msg := make([]byte, benchSize)
 	rtts := make([]time.Duration, 0, b.N)
-	if mode == pingTask {
+	if mode == pingTask || mode == pingTaskInline {
 		// The handler sends ping i+1 on pong i, b.N pings in all; only it
 		// touches t0 and rtts until done is closed.
 		done := make(chan struct{})

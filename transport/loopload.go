@@ -55,6 +55,56 @@ type loopLoad struct {
 	// goid is the id of the loop's goroutine, recorded at its first
 	// connection (loop only), in loopGoroutines until the group stops.
 	goid uint64
+
+	// deferred holds, while the loop is in a connection's callback (open),
+	// the loop's other connections scheduled to flush meanwhile, which
+	// the loop flushes when the callback ends instead of being woken for
+	// each (deferFlush).
+	deferred struct {
+		sync.Mutex
+		open  bool
+		conns []*conn
+	}
+}
+
+// deferFlush puts c, just scheduled to flush (conn.scheduleLocked), on the
+// list the loop flushes at the end of its current callback, and reports
+// whether it did: false if the loop is not in a callback (it must be
+// woken), and on a nil *loopLoad (a connection on no gnet loop). The
+// caller holds c.mu.
+func (l *loopLoad) deferFlush(c *conn) bool {
+	if l == nil {
+		return false
+	}
+	l.deferred.Lock()
+	defer l.deferred.Unlock()
+	if !l.deferred.open {
+		return false
+	}
+	l.deferred.conns = append(l.deferred.conns, c)
+	return true
+}
+
+// openDeferred starts a callback in which flushes are deferred; each is
+// paired with flushDeferred at its end. Loop only.
+func (l *loopLoad) openDeferred() {
+	l.deferred.Lock()
+	l.deferred.open = true
+	l.deferred.Unlock()
+}
+
+// flushDeferred ends the callback that openDeferred began and flushes
+// the connections scheduled during it. Loop only.
+func (l *loopLoad) flushDeferred() {
+	l.deferred.Lock()
+	l.deferred.open = false
+	conns := l.deferred.conns
+	l.deferred.conns = l.deferred.conns[:0]
+	l.deferred.Unlock()
+	for i, c := range conns {
+		c.flush()
+		conns[i] = nil
+	}
 }
 
 // enroll counts a connection of node n opening (+1) or closing (-1) on

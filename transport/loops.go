@@ -146,10 +146,12 @@ func (*loopHandler) OnTraffic(gc gnet.Conn) gnet.Action {
 	}
 	l := c.load.Load()
 	start := l.begin()
+	l.openDeferred()
 	a := gnet.None
 	if !c.onTraffic() {
 		a = gnet.Close
 	}
+	l.flushDeferred()
 	l.done(start, loadNow())
 	// A goroutine this callback woke (a sender given credit, an inbox given
 	// a run, a task's waiter) waits in this P's run queue; gnet's loop next

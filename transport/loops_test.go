@@ -5,6 +5,7 @@ import (
 	"context"
 	"runtime"
 	"runtime/pprof"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,5 +98,75 @@ func TestNodesOfAProcessShareOneGroupOfLoops(t *testing.T) {
 	}
 	if n := loopsSettle(t, 0); n != 0 {
 		t.Errorf("%d gnet loops still running after every node closed", n)
+	}
+}
+
+// A task running inline that sends on another connection of its loop (an
+// echo answering on its own channel) does not wake the loop it runs on:
+// the loop flushes that connection when the callback ends
+// (loopLoad.deferFlush). Before, every such send that was not written
+// directly wrote to the loop's eventfd, and the loop took one more turn
+// to write it.
+func TestInlineTasksSendsAreFlushedWhenTheirCallbackEnds(t *testing.T) {
+	const rounds = 300
+	var selfWakes, wakes atomic.Int64
+	hook := func(*conn) {
+		wakes.Add(1)
+		if onLoop(goid()) {
+			selfWakes.Add(1)
+		}
+	}
+	testHookWake.Store(&hook)
+	defer testHookWake.Store(nil)
+
+	a, z := listeningNode(t, nil, WithEventLoops(1)), listeningNode(t, nil, WithEventLoops(1))
+	ctx := ctxT(t, 30*time.Second)
+	pz, _ := a.Peer(z.Addr())
+	pa, _ := z.Peer(a.Addr())
+	there, err := pz.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := pa.OpenSender(ctx, taskid.ID{Processor: 1}, taskid.ID{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := z.HandleInline(taskid.ID{Processor: 1}, func(_ taskid.Channel, _ uint64, msgs []Message) {
+		for _, m := range msgs {
+			if err := back.TrySend(m.Ts, m.Payload); err != nil {
+				t.Errorf("echo: %v", err)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var pongs int64 // the pinger's handler's only
+	if err := a.HandleInline(taskid.ID{}, func(_ taskid.Channel, _ uint64, msgs []Message) {
+		for _, m := range msgs {
+			if m.Ts != pongs {
+				t.Errorf("pong %d for ping %d", m.Ts, pongs)
+			}
+			if pongs++; pongs == rounds {
+				close(done)
+				return
+			}
+			if err := there.TrySend(pongs, []byte("ping")); err != nil {
+				t.Errorf("ping %d: %v", pongs, err)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := there.Send(ctx, 0, []byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		t.Fatalf("%d round trips of %d", pongs, rounds)
+	}
+	if n := selfWakes.Load(); n != 0 {
+		t.Errorf("the loop woke itself %d times in %d round trips between inline tasks (%d wake-ups in all)", n, rounds, wakes.Load())
 	}
 }

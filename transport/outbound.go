@@ -119,22 +119,31 @@ func (c *conn) idleForDirect() bool {
 // done, nobody wakes it: the acks a receiving loop sends and the batches an
 // ack frees on a sending loop are scheduled from the loop itself, and each
 // wake-up was a write to gnet's eventfd and one more turn of the loop.
+// Nor while the loop is in a callback for another of its connections (an
+// inline task answering what it was given, say): the loop flushes c when
+// that callback ends (loopLoad.deferFlush).
 func (c *conn) scheduleLocked() (wake bool) {
 	if c.mu.scheduled || c.state.Load() != stOpen {
 		return false
 	}
 	c.mu.scheduled = true
-	return !c.mu.reading
+	return !c.mu.reading && !c.load.Load().deferFlush(c)
 }
 
 // wake makes the loop flush, after scheduleLocked said so.
 func (c *conn) wake() {
+	if hook := testHookWake.Load(); hook != nil {
+		(*hook)(c)
+	}
 	if err := c.lk.Execute(c.flushTask); err != nil {
 		c.mu.Lock()
 		c.mu.scheduled = false
 		c.mu.Unlock()
 	}
 }
+
+// testHookWake, if set, is called as c.wake asks c's loop to flush.
+var testHookWake atomic.Pointer[func(c *conn)]
 
 // schedule is scheduleLocked and wake for a caller that holds no lock.
 func (c *conn) schedule() {
