@@ -269,7 +269,7 @@ func (c *conn) setLink(lk link, fd int) bool {
 	var faults *faultLink
 	if m := newFaultModel(c.node.o.faults, c.stream, &c.node.faultN, &c.node.faultSched); m != nil {
 		heal := func() {
-			if !c.onTraffic() {
+			if !c.onTraffic(c.node.now()) {
 				_ = c.lk.Close()
 			}
 		}

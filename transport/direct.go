@@ -116,14 +116,15 @@ func (c *conn) writeStreaming(ch *channel) bool {
 		c.schedule()
 		return false
 	}
-	c.syncInflight(true)
-	if c.writeBatch(c.node.now(), batch.CauseFull, true) == 0 {
+	now := c.node.now()
+	c.syncInflight(true, now)
+	if c.writeBatch(now, batch.CauseFull, true) == 0 {
 		return false
 	}
 	// A full batch of its own (not the batch of an idle connection,
 	// flushDirect, which may hold many channels' messages): the sender
 	// outruns the loop.
-	c.markStreaming(c.node.now(), ch)
+	c.markStreaming(c.lastWrite.Load(), ch)
 	return true
 }
 
@@ -213,8 +214,9 @@ func (c *conn) flushDirect() {
 // writeDirect writes iov (total bytes) to the socket from a sender's
 // goroutine. What the kernel does not take goes to carry, and the loop is
 // scheduled to write it (gnet then buffers it and waits for the socket). It
-// reports false if the connection failed. The caller holds wmu.
-func (c *conn) writeDirect(iov [][]byte, total int) bool {
+// returns when the write ended (Node.now), and false if the connection
+// failed. The caller holds wmu.
+func (c *conn) writeDirect(iov [][]byte, total int) (end int64, ok bool) {
 	start := c.node.now()
 	c.fdMu.Lock()
 	n, err := -1, error(net.ErrClosed)
@@ -222,7 +224,7 @@ func (c *conn) writeDirect(iov [][]byte, total int) bool {
 		n, err = writev(c.fd, iov)
 	}
 	c.fdMu.Unlock()
-	end := c.node.now()
+	end = c.node.now()
 	c.writeCost.Store(nextWriteCost(c.writeCost.Load(), end-start))
 	c.node.lastDirect.Store(end)
 	if err == unix.EAGAIN || err == unix.EINTR {
@@ -231,11 +233,11 @@ func (c *conn) writeDirect(iov [][]byte, total int) bool {
 	if err != nil {
 		c.close(err)
 		_ = c.lk.Close()
-		return false
+		return 0, false
 	}
 	if n == total {
 		c.countOut(outCounts{direct: 1})
-		return true
+		return end, true
 	}
 	c.countOut(outCounts{direct: 1, carried: 1})
 	for _, b := range iov {
@@ -247,7 +249,7 @@ func (c *conn) writeDirect(iov [][]byte, total int) bool {
 		n = 0
 	}
 	c.schedule()
-	return true
+	return end, true
 }
 
 // nextWriteCost returns the moving average of what direct writes take

@@ -82,7 +82,7 @@ func TestADirectWriteTakenInPartIsFinishedByTheLoopFirst(t *testing.T) {
 
 	first := bytes.Repeat([]byte("0123456789abcdef"), 1<<14) // 256 KiB: more than the socket holds
 	c.wmu.Lock()
-	if !c.writeDirect([][]byte{first[:1000], first[1000:]}, len(first)) {
+	if _, ok := c.writeDirect([][]byte{first[:1000], first[1000:]}, len(first)); !ok {
 		t.Fatal("the direct write failed")
 	}
 	c.wmu.Unlock()
@@ -145,7 +145,7 @@ func TestClosingAConnectionEndsItsDirectWrites(t *testing.T) {
 		t.Error("the duplicate descriptor is still open")
 	}
 	c.wmu.Lock()
-	ok := c.writeDirect([][]byte{[]byte("late")}, 4)
+	_, ok := c.writeDirect([][]byte{[]byte("late")}, 4)
 	c.wmu.Unlock()
 	if ok {
 		t.Error("a direct write after close succeeded")
@@ -269,7 +269,7 @@ func TestWhatTheLoopSchedulesWhileReadingGoesOutWithoutAWakeUp(t *testing.T) {
 	c.state.Store(stOpen)
 	defer c.close(context.Canceled)
 	lk.in = wire.AppendPing(nil, 42, 0)
-	if !c.onTraffic() {
+	if !c.onTraffic(c.node.now()) {
 		t.Fatal("the connection closed on a PING")
 	}
 	if lk.executed != 0 {
@@ -306,7 +306,7 @@ func TestADirectWriteHoldsOffTheNodesOtherConnections(t *testing.T) {
 	b.writeCost.Store(cost)
 
 	a.wmu.Lock()
-	if !a.writeDirect([][]byte{[]byte("a frame")}, len("a frame")) {
+	if _, ok := a.writeDirect([][]byte{[]byte("a frame")}, len("a frame")); !ok {
 		t.Fatal("the direct write on the first connection failed")
 	}
 	a.wmu.Unlock()

@@ -148,7 +148,7 @@ func (*loopHandler) OnTraffic(gc gnet.Conn) gnet.Action {
 	start := l.begin()
 	l.openDeferred()
 	a := gnet.None
-	if !c.onTraffic() {
+	if !c.onTraffic(start - c.node.startLoad) {
 		a = gnet.Close
 	}
 	l.flushDeferred()

@@ -142,7 +142,7 @@ func (l *netLink) loop(first []byte) {
 				l.in = append(l.in, l.rbuf[:r.n]...)
 				l.ack <- struct{}{}
 			}
-			if (took || r.n > 0) && !l.c.onTraffic() {
+			if (took || r.n > 0) && !l.c.onTraffic(l.c.node.now()) {
 				err = errLinkClosed
 				break
 			}
@@ -153,7 +153,7 @@ func (l *netLink) loop(first []byte) {
 			}
 		case <-l.spilled:
 			took, perr := l.takePending()
-			if took && !l.c.onTraffic() {
+			if took && !l.c.onTraffic(l.c.node.now()) {
 				err = errLinkClosed
 				break
 			}

@@ -21,11 +21,14 @@ import (
 // of its target tasks ([Node.Handle]). All methods are safe for concurrent
 // use.
 type Node struct {
-	o      options
-	id     uint64
-	epoch  uint64
-	start  time.Time
-	health health
+	o     options
+	id    uint64
+	epoch uint64
+	start time.Time
+	// startLoad is start on the loops' clock (loadNow): now is loadNow
+	// less it, so that a loop's callback reads the clock once for both.
+	startLoad int64
+	health    health
 	// wallStart is start as nanoseconds since the Unix epoch: Clock's
 	// anchor.
 	wallStart int64
@@ -93,6 +96,7 @@ func NewNode(opts ...Option) (*Node, error) {
 	}
 	n := &Node{o: o, id: o.nodeID, epoch: o.epoch, start: time.Now(), stopping: make(chan struct{}), closed: make(chan struct{})}
 	n.wallStart = n.start.UnixNano()
+	n.startLoad = int64(n.start.Sub(loadEpoch))
 	n.log = logger{o.logger}
 	n.mu.peers = make(map[string]*Peer)
 	n.mu.resume = make(map[string]map[taskid.Channel]uint64)
@@ -289,7 +293,8 @@ func (n *Node) MaxPayload() int { return maxPayload(&n.o) }
 // Epoch is the epoch of channels opened without an explicit one.
 func (n *Node) Epoch() uint64 { return n.epoch }
 
-func (n *Node) now() int64 { return int64(time.Since(n.start)) }
+// now is the node's clock: nanoseconds since it started, monotonic.
+func (n *Node) now() int64 { return loadNow() - n.startLoad }
 
 // Handle registers the handler of messages for target. Messages that
 // arrive before it is registered wait in the target's inbox, and their

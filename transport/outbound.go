@@ -181,11 +181,11 @@ func (c *conn) hasWork() bool {
 	return len(c.mu.ctrl) > 0 || c.mu.readyHead < len(c.mu.ready)
 }
 
-// syncInflight tells the batch policy which writes completed: gnet gives no
-// callback when its outbound buffer drains, so the buffered byte count is
-// read instead (on the loop; a direct writer knows only that the link held
-// nothing when the loop last looked). The caller holds wmu.
-func (c *conn) syncInflight(direct bool) {
+// syncInflight tells the batch policy which writes completed by now: gnet
+// gives no callback when its outbound buffer drains, so the buffered byte
+// count is read instead (on the loop; a direct writer knows only that the
+// link held nothing when the loop last looked). The caller holds wmu.
+func (c *conn) syncInflight(direct bool, now int64) {
 	p := c.out.policy
 	want := 0
 	if direct {
@@ -199,7 +199,7 @@ func (c *conn) syncInflight(direct bool) {
 		want = (buffered + len(c.carry) + max - 1) / max
 	}
 	for p.Inflight() > want {
-		p.WriteDone(c.node.now())
+		p.WriteDone(now)
 	}
 }
 
@@ -233,8 +233,11 @@ func (c *conn) flushLocked(direct bool) {
 	if c.state.Load() != stOpen {
 		return
 	}
+	// One reading of the clock, and after each write the time it ended (a
+	// reading cost 40 ns on the 2-core Intel Xeon VM measured).
+	now := c.node.now()
 	for {
-		c.syncInflight(direct)
+		c.syncInflight(direct, now)
 		if !c.hasWork() && (direct || len(c.carry) == 0) {
 			return
 		}
@@ -243,7 +246,6 @@ func (c *conn) flushLocked(direct bool) {
 			c.schedule()
 			return
 		}
-		now := c.node.now()
 		d := c.out.policy.Decide(now, int(max(c.pending.Load(), 1)))
 		if !d.Flush {
 			if d.WakeAt != 0 || c.out.policy.Inflight() > 0 {
@@ -257,6 +259,7 @@ func (c *conn) flushLocked(direct bool) {
 		if c.state.Load() != stOpen {
 			return
 		}
+		now = c.lastWrite.Load() // when the write ended: this writer's, under wmu
 	}
 }
 
@@ -331,8 +334,10 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 	if total == 0 {
 		return 0
 	}
+	var end int64
 	if direct {
-		if !c.writeDirect(iov, total) {
+		var ok bool
+		if end, ok = c.writeDirect(iov, total); !ok {
 			return 0
 		}
 	} else {
@@ -340,12 +345,13 @@ func (c *conn) writeBatch(now int64, cause batch.Cause, direct bool) int {
 			c.close(err)
 			return 0
 		}
+		end = c.node.now()
 		c.linkBuffered.Store(c.lk.OutboundBuffered() > 0)
 		if carried {
 			c.carry = nil
 		}
 	}
-	c.lastWrite.Store(c.node.now())
+	c.lastWrite.Store(end)
 	clear(o.iov[:cap(o.iov)])
 	o.policy.Flushed(now, total, cause)
 	if hook := testHookBatchWritten.Load(); hook != nil {

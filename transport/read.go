@@ -14,14 +14,14 @@ import (
 	"github.com/sluicehq/sluice/wire"
 )
 
-// onTraffic decodes everything buffered and then flushes what that
-// scheduled. It runs on the loop. It reports false when the connection is
-// to be closed (it has recorded why).
-func (c *conn) onTraffic() (keep bool) {
+// onTraffic decodes everything buffered, which arrived by now (Node.now),
+// and then flushes what that scheduled. It runs on the loop. It reports
+// false when the connection is to be closed (it has recorded why).
+func (c *conn) onTraffic(now int64) (keep bool) {
 	c.mu.Lock()
 	c.mu.reading = true
 	c.mu.Unlock()
-	keep, done := c.read()
+	keep, done := c.read(now)
 	c.countIn()
 	c.mu.Lock()
 	c.mu.reading = false
@@ -39,9 +39,9 @@ func (c *conn) onTraffic() (keep bool) {
 	return keep
 }
 
-// read decodes everything buffered, for onTraffic. done says it got past
-// the handshake and through every whole frame.
-func (c *conn) read() (keep, done bool) {
+// read decodes everything buffered, which arrived by now, for onTraffic.
+// done says it got past the handshake and through every whole frame.
+func (c *conn) read(now int64) (keep, done bool) {
 	if c.state.Load() == stClosed {
 		return false, false
 	}
@@ -52,7 +52,7 @@ func (c *conn) read() (keep, done bool) {
 	if hook := testHookReadBegins.Load(); hook != nil {
 		(*hook)(c, b)
 	}
-	c.lastRecv.Store(c.node.now())
+	c.lastRecv.Store(now)
 	// A peer that does not read what it is sent, yet sends on, would make
 	// the answers to what it sends (PONGs, ACKs) pile up here without
 	// bound: it loses the connection instead. This read adds at most the

@@ -271,7 +271,7 @@ func TestTheStreamDrivenStateOfAConnection(t *testing.T) {
 	// So does a read.
 	c.markStreaming(c.node.now()-2*streamHold, nil)
 	lk.in = wire.AppendPing(nil, 1, 0)
-	if !c.onTraffic() {
+	if !c.onTraffic(c.node.now()) {
 		t.Fatal("the connection closed on a PING")
 	}
 	if c.isStreaming() {
