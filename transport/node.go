@@ -712,7 +712,7 @@ func (n *Node) beginShutdown(code wire.GoAwayCode) bool {
 	close(n.stopping)
 	n.timers.close()
 	for _, in := range inboxes {
-		close(in.stop)
+		in.stop()
 	}
 	if n.ln != nil {
 		_ = n.ln.Close()

@@ -345,8 +345,11 @@ func (d *delivery) add(m Message) {
 // consumes.
 type inbox struct {
 	target taskid.ID
-	wake   chan struct{}
-	stop   chan struct{}
+	// wake holds a token once a run is queued, or the node shuts down
+	// (stopped): the inbox's goroutine waits on it alone, a channel
+	// receive rather than a select.
+	wake    chan struct{}
+	stopped atomic.Bool
 	// supplying is set, under the node's mu, while HandleAll's function
 	// makes the target's handler (Node.supply), so that it is asked once.
 	supplying bool
@@ -376,7 +379,17 @@ type inbox struct {
 }
 
 func newInbox(target taskid.ID) *inbox {
-	return &inbox{target: target, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	return &inbox{target: target, wake: make(chan struct{}, 1)}
+}
+
+// stop makes the inbox's goroutine return once it has delivered what is
+// queued (run).
+func (in *inbox) stop() {
+	in.stopped.Store(true)
+	select {
+	case in.wake <- struct{}{}:
+	default: // a token waits already
+	}
 }
 
 func (in *inbox) push(d *delivery) {
@@ -498,17 +511,13 @@ func (in *inbox) deliverQueued(h Handler) bool {
 	return true
 }
 
-// run delivers to the handler until stop is closed, or until the handler
-// has closed its node (left).
+// run delivers to the handler until the inbox is stopped, or until the
+// handler has closed its node (left).
 func (in *inbox) run(h Handler) {
 	for {
-		if !in.deliverQueued(h) {
+		if !in.deliverQueued(h) || in.stopped.Load() {
 			return
 		}
-		select {
-		case <-in.wake:
-		case <-in.stop:
-			return
-		}
+		<-in.wake
 	}
 }

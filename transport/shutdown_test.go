@@ -18,9 +18,7 @@ func unstoppedInboxes(n *Node) (unstopped, all int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, in := range n.mu.inboxes {
-		select {
-		case <-in.stop:
-		default:
+		if !in.stopped.Load() {
 			unstopped++
 		}
 	}
