@@ -50,20 +50,28 @@ const (
 	pingTaskInline        // Node.HandleInline; the pinger's handler sends the next ping
 )
 
-func benchPingPong(b *testing.B, mode int, opts ...Option) {
-	a, z := listeningNode(b, opts), listeningNode(b, opts)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+// pingPair makes two listening nodes, a and z, with opts, and a channel
+// each way: there from task (0) on a to task (1) on z, back the reverse.
+func pingPair(t testing.TB, ctx context.Context, opts ...Option) (a, z *Node, there, back *Sender) {
+	t.Helper()
+	a, z = listeningNode(t, opts), listeningNode(t, opts)
 	pz, _ := a.Peer(z.Addr())
 	pa, _ := z.Peer(a.Addr())
 	there, err := pz.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
-	back, err := pa.OpenSender(ctx, taskid.ID{Processor: 1}, taskid.ID{})
+	back, err = pa.OpenSender(ctx, taskid.ID{Processor: 1}, taskid.ID{})
 	if err != nil {
-		b.Fatal(err)
+		t.Fatal(err)
 	}
+	return a, z, there, back
+}
+
+func benchPingPong(b *testing.B, mode int, opts ...Option) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, z, there, back := pingPair(b, ctx, opts...)
 	zh, ah := z.Handle, a.Handle
 	if mode == pingInline || mode == pingTaskInline {
 		zh, ah = z.HandleInline, a.HandleInline

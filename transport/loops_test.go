@@ -119,18 +119,8 @@ func TestInlineTasksSendsAreFlushedWhenTheirCallbackEnds(t *testing.T) {
 	testHookWake.Store(&hook)
 	defer testHookWake.Store(nil)
 
-	a, z := listeningNode(t, nil, WithEventLoops(1)), listeningNode(t, nil, WithEventLoops(1))
 	ctx := ctxT(t, 30*time.Second)
-	pz, _ := a.Peer(z.Addr())
-	pa, _ := z.Peer(a.Addr())
-	there, err := pz.OpenSender(ctx, taskid.ID{}, taskid.ID{Processor: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := pa.OpenSender(ctx, taskid.ID{Processor: 1}, taskid.ID{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, z, there, back := pingPair(t, ctx, WithEventLoops(1))
 	if err := z.HandleInline(taskid.ID{Processor: 1}, func(_ taskid.Channel, _ uint64, msgs []Message) {
 		for _, m := range msgs {
 			if err := back.TrySend(m.Ts, m.Payload); err != nil {
