@@ -359,7 +359,7 @@ func (p *Peer) dialLoop(slot int) {
 // ErrClosed when, and only when, the node is shutting down: it tracks no
 // connection then.
 func (n *Node) dial(p *Peer, slot int) (*conn, error) {
-	d := net.Dialer{Timeout: n.o.dialTimeout}
+	d := net.Dialer{Timeout: n.o.dialTimeout, Control: n.sizeSocket}
 	nc, err := d.DialContext(p.ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, err
@@ -373,7 +373,6 @@ func (n *Node) dial(p *Peer, slot int) (*conn, error) {
 		_ = nc.Close()
 		return nil, ErrClosed
 	}
-	n.sizeSocket(nc)
 	if n.loops == nil && n.o.tls != nil {
 		nc = tls.Client(nc, n.clientTLS(p.addr))
 	}

@@ -9,10 +9,28 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// withFD calls f with the descriptor of c's socket, on either backend.
+func withFD(t *testing.T, c *conn, f func(fd int)) {
+	t.Helper()
+	if l, ok := c.lk.(*netLink); ok {
+		rc, err := l.nc.(syscall.Conn).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.Control(func(fd uintptr) { f(int(fd)) }); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	c.fdMu.Lock()
+	defer c.fdMu.Unlock()
+	f(c.fd)
+}
+
 // socketBuffers reads the kernel's SO_RCVBUF and SO_SNDBUF of c's socket.
 func socketBuffers(t *testing.T, c *conn) (rcv, snd int) {
 	t.Helper()
-	read := func(fd int) {
+	withFD(t, c, func(fd int) {
 		var err error
 		if rcv, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF); err != nil {
 			t.Fatal(err)
@@ -20,21 +38,30 @@ func socketBuffers(t *testing.T, c *conn) (rcv, snd int) {
 		if snd, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if l, ok := c.lk.(*netLink); ok {
-		rc, err := l.nc.(syscall.Conn).SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rc.Control(func(fd uintptr) { read(int(fd)) }); err != nil {
-			t.Fatal(err)
-		}
-		return rcv, snd
-	}
-	c.fdMu.Lock()
-	defer c.fdMu.Unlock()
-	read(c.fd)
+	})
 	return rcv, snd
+}
+
+// oneConn waits up to 5 s for n's one connection to have its link, and
+// returns it.
+func oneConn(t *testing.T, n *Node) *conn {
+	t.Helper()
+	var conns []*conn
+	deadline := time.Now().Add(5 * time.Second)
+	for len(conns) == 0 && time.Now().Before(deadline) {
+		n.mu.Lock()
+		for c := range n.mu.conns {
+			if c.lk != nil {
+				conns = append(conns, c)
+			}
+		}
+		n.mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
+	if len(conns) != 1 {
+		t.Fatalf("%d connections, want 1", len(conns))
+	}
+	return conns[0]
 }
 
 // Both ends of a connection, dialed and accepted, on either backend, get
@@ -48,22 +75,7 @@ func TestSocketBuffersAreSetOnBothEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, n := range []*Node{rx, tx} {
-			var conns []*conn
-			deadline := time.Now().Add(5 * time.Second)
-			for len(conns) == 0 && time.Now().Before(deadline) {
-				n.mu.Lock()
-				for c := range n.mu.conns {
-					if c.lk != nil {
-						conns = append(conns, c)
-					}
-				}
-				n.mu.Unlock()
-				time.Sleep(time.Millisecond)
-			}
-			if len(conns) != 1 {
-				t.Fatalf("%d connections, want 1", len(conns))
-			}
-			if rcv, snd := socketBuffers(t, conns[0]); rcv != 2*size || snd != 2*size {
+			if rcv, snd := socketBuffers(t, oneConn(t, n)); rcv != 2*size || snd != 2*size {
 				t.Errorf("SO_RCVBUF %d, SO_SNDBUF %d; want %d each", rcv, snd, 2*size)
 			}
 		}
