@@ -340,7 +340,9 @@ const DefaultPeerBudget = 12 << 20
 const DefaultSocketBuffer = 1 << 20
 
 // WithSocketBuffers sets the kernel's send and receive buffers (SO_SNDBUF,
-// SO_RCVBUF) of every connection, both backends, both ends, to bytes each.
+// SO_RCVBUF) of every connection, both backends, both ends, to bytes each,
+// before the connection opens, so that the window its handshake offers is
+// what the buffer holds.
 // Flow control already bounds what a node keeps in flight (windows and the
 // peer budget); the socket buffers need to hold a round trip's worth of the
 // link's throughput (bytes / RTT caps one connection's rate: 1 MiB at a
