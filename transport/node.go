@@ -224,8 +224,8 @@ func (n *Node) run(nc net.Conn, c *conn) error {
 // segments larger than the window could ever hold, sent only as the
 // zero-window probes' backoff allowed, once every few seconds, so two
 // nodes with 8 KiB buffers opening 3,000 channels at once stalled for
-// minutes in one run of five under load. Best effort: a socket without
-// them works with the kernel's sizes.
+// over a minute in one run of five to thirteen with the CPUs busy. Best
+// effort: a socket without them works with the kernel's sizes.
 func (n *Node) sizeSocket(_, _ string, rc syscall.RawConn) error {
 	b := n.o.socketBuffer
 	if b <= 0 {
