@@ -318,6 +318,22 @@ func TestBytesWrittenAsAnotherGoroutineClosesTheConnectionAreCountedOnce(t *test
 // Stats that read the connection live).
 func TestBytesReadAsAnotherGoroutineClosesTheConnectionAreCountedOnce(t *testing.T) {
 	rx, _, s, ctx := oneConnSender(t)
+	// The hook looks at the reads of rx's open connection. Each side is
+	// open once it has the other's preface, which rx sends as it accepts:
+	// the dialer may be open, and send, before rx has read the dialer's
+	// preface, and on a loaded machine its first frames then reach rx in
+	// the read that opens rx's side, which the hook passes over (the
+	// test's wait ran out once, in the race step with CPU burners).
+	waitFor(t, 10*time.Second, "the accepted connection to open", func() bool {
+		rx.mu.Lock()
+		defer rx.mu.Unlock()
+		for c := range rx.mu.conns {
+			if c.state.Load() == stOpen {
+				return true
+			}
+		}
+		return false
+	})
 	type read struct {
 		before uint64 // the connection's bytes in before the callback
 		frames int    // the whole frames' bytes the callback has to read
