@@ -2,7 +2,6 @@ package transport
 
 import (
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -19,12 +18,8 @@ import (
 func TestSmallSocketBuffersShapeTheWindowFromTheHandshake(t *testing.T) {
 	forPlainBackends(t, func(t *testing.T, be []Option) {
 		const size = 8 << 10
-		rx, tx, p := newPairOn(t, be, []Option{WithSocketBuffers(size)}, []Option{WithSocketBuffers(size)})
-		if err := p.WaitConnected(ctxT(t, 10*time.Second)); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range []*Node{rx, tx} {
-			withFD(t, oneConn(t, n), func(fd int) {
+		for _, c := range bufferedConns(t, be, size) {
+			withFD(t, c, func(fd int) {
 				ti, err := unix.GetsockoptTCPInfo(fd, unix.IPPROTO_TCP, unix.TCP_INFO)
 				if err != nil {
 					t.Fatal(err)

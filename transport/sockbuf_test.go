@@ -64,18 +64,26 @@ func oneConn(t *testing.T, n *Node) *conn {
 	return conns[0]
 }
 
+// bufferedConns connects two nodes of backend be, each with socket
+// buffers of size, and returns both ends of their connection: the
+// accepted one and the dialed one.
+func bufferedConns(t *testing.T, be []Option, size int) []*conn {
+	t.Helper()
+	rx, tx, p := newPairOn(t, be, []Option{WithSocketBuffers(size)}, []Option{WithSocketBuffers(size)})
+	if err := p.WaitConnected(ctxT(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return []*conn{oneConn(t, rx), oneConn(t, tx)}
+}
+
 // Both ends of a connection, dialed and accepted, on either backend, get
 // the socket buffers WithSocketBuffers asks for (Linux reports twice the
 // size asked, the rest being its bookkeeping).
 func TestSocketBuffersAreSetOnBothEnds(t *testing.T) {
 	forPlainBackends(t, func(t *testing.T, be []Option) {
 		const size = 96 << 10
-		rx, tx, p := newPairOn(t, be, []Option{WithSocketBuffers(size)}, []Option{WithSocketBuffers(size)})
-		if err := p.WaitConnected(ctxT(t, 10*time.Second)); err != nil {
-			t.Fatal(err)
-		}
-		for _, n := range []*Node{rx, tx} {
-			if rcv, snd := socketBuffers(t, oneConn(t, n)); rcv != 2*size || snd != 2*size {
+		for _, c := range bufferedConns(t, be, size) {
+			if rcv, snd := socketBuffers(t, c); rcv != 2*size || snd != 2*size {
 				t.Errorf("SO_RCVBUF %d, SO_SNDBUF %d; want %d each", rcv, snd, 2*size)
 			}
 		}
