@@ -43,8 +43,9 @@ const (
 //
 // Lock order, outer first: Peer.mu, conn.wmu, channel.mu, conn.mu,
 // conn.fdMu; on the receiving side inbox.order (held while an inline
-// handler runs), recvState.mu, conn.mu. The locks of the node's timers and
-// of the notifiers are taken last and hold nothing else.
+// handler runs), recvState.mu, conn.mu. The locks of the node's timers, of
+// the notifiers and a channel's parkMu are taken last and hold nothing
+// else.
 type conn struct {
 	node   *Node
 	peer   *Peer // nil for an accepted connection
@@ -86,6 +87,10 @@ type conn struct {
 		// counts is what the read callback under way has read, added to
 		// the connection's counters as it ends (conn.countIn)
 		counts inCounts
+		// parked are the channels whose acks the read under way parked,
+		// their senders holding their locks (channel.onAck): the read
+		// applies them as it ends if the senders have let go by then.
+		parked []*channel
 	}
 	// inbound payload bytes not yet consumed by their target tasks
 	inbound atomic.Int64

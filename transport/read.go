@@ -22,6 +22,7 @@ func (c *conn) onTraffic(now int64) (keep bool) {
 	c.mu.reading = true
 	c.mu.Unlock()
 	keep, done := c.read(now)
+	c.retryParked()
 	c.countIn()
 	c.mu.Lock()
 	c.mu.reading = false

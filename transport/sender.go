@@ -33,7 +33,11 @@ type channel struct {
 	credit  notifier     // broadcast when credit is freed or the channel shuts
 	blocked atomic.Int64 // ns Send and SendRun spent waiting for credit
 
-	mu struct {
+	// hasParked says that parked holds acks: the loop read them while
+	// another goroutine held mu, and left them to whoever holds mu to apply
+	// as it unlocks (onAck, unlock). Beside mu, whose unlock reads it.
+	hasParked atomic.Bool
+	mu        struct {
 		sync.Mutex
 		src *flow.Source
 		// idle is the window's footprint, counted in the peer's idle
@@ -53,6 +57,9 @@ type channel struct {
 		// moves; the channel's close (shutLocked) clears it.
 		stalledSince int64
 	}
+	parkMu sync.Mutex // guards parked, held only to add to it or take it
+	parked []parkedAck
+	spare  []parkedAck // parked's other buffer (under mu)
 	// health is the health check's state (timer goroutine only).
 	health chanHealth
 	// wakeAt mirrors mu.timerAt for the timer goroutine, which skips, without
@@ -131,7 +138,10 @@ func (ch *channel) push(ts int64, payload []byte) error {
 	if ch.onlyWindowLocked() && len(payload) <= ch.maxPayload {
 		if _, ok := ch.mu.src.TryPush(ts, payload); ok {
 			c := ch.fullBatchConnLocked()
-			ch.mu.Unlock()
+			ch.mu.Unlock() // ch.unlock, written out: too large to inline
+			if ch.hasParked.Load() {
+				ch.applyParked()
+			}
 			if c != nil { // a batch in 600 or so: the call is not inlined
 				ch.writeFullBatches(c)
 			}
@@ -150,9 +160,9 @@ func (ch *channel) onlyWindowLocked() bool {
 	return ch.mu.queued && ch.mu.idle == 0 && !ch.mu.closed
 }
 
-// unlockAndWrite releases ch.mu and then, if a push found the connection
-// idle, writes the batch from this goroutine, or, if a full batch waits
-// to be sent, writes that (conn.writeStreaming).
+// unlockAndWrite releases ch.mu (unlock) and then, if a push found the
+// connection idle, writes the batch from this goroutine, or, if a full
+// batch waits to be sent, writes that (conn.writeStreaming).
 func (ch *channel) unlockAndWrite() {
 	c, w := ch.mu.direct, ch.mu.wake
 	ch.mu.direct, ch.mu.wake = nil, nil
@@ -160,7 +170,7 @@ func (ch *channel) unlockAndWrite() {
 	if c == nil {
 		s = ch.fullBatchConnLocked()
 	}
-	ch.mu.Unlock()
+	ch.unlock()
 	if c != nil {
 		c.flushDirect()
 	}
@@ -313,7 +323,7 @@ func (ch *channel) writeFullBatches(c *conn) {
 	for c != nil && c.writeStreaming(ch) {
 		ch.mu.Lock()
 		more := ch.fullBatchConnLocked() == c
-		ch.mu.Unlock()
+		ch.unlock()
 		if !more {
 			return
 		}
@@ -330,7 +340,7 @@ func (ch *channel) writeOwnTail() *conn {
 	ch.mu.Lock()
 	c := ch.mu.conn
 	tail := ch.mu.queued && !ch.mu.closed && ch.mu.src.UnsentBytes() > 0
-	ch.mu.Unlock()
+	ch.unlock()
 	if c != nil && tail {
 		c.writeTail()
 	}
@@ -347,7 +357,7 @@ func (ch *channel) waitCredit(ctx context.Context, ts int64, size int) error {
 	cost, ok := ch.mu.src.PushCost(ts, size)
 	budgetShort := ok && cost > 0 && !p.fits(int64(cost))
 	ok = ch.mu.closed || (ok && !budgetShort)
-	ch.mu.Unlock()
+	ch.unlock() // an ack parked meanwhile frees credit, and closes w1
 	if ok {
 		return nil
 	}
@@ -410,7 +420,7 @@ func (s *Sender) Flush(ctx context.Context) error {
 		if ch.mu.closed {
 			err = ch.closedErrLocked()
 		}
-		ch.mu.Unlock()
+		ch.unlock()
 		if done {
 			ch.peer.drained.done()
 			return nil
@@ -555,49 +565,166 @@ func (ch *channel) fill(c *conn, b *outBatch, now int64) (more bool) {
 	return more
 }
 
-// onAck applies an ACK from the receiver. It runs on c's loop.
+// onAck applies an ACK from the receiver. It runs on c's loop, which
+// never waits here for a sender that holds ch.mu: it parks the ack, and
+// applies it (and any parked before it) at once if it can take ch.mu
+// without waiting; otherwise once it has read the rest of what arrived
+// (conn.retryParked), and if the sender still holds the lock then, the
+// sender applies it as it unlocks (unlock). A loop that waited here slept
+// until the sender let go, and then until a thread had a P for it again:
+// in a one-process trace of runs of 64 (100 B, 2-core Intel Xeon VM) the
+// loop waited so 950 times a second, 15 us and then 49 us on average.
 func (ch *channel) onAck(c *conn, a wire.Ack) {
-	now := ch.peer.node.now()
-	ch.mu.Lock()
-	if ch.mu.conn != c || ch.mu.closed {
-		ch.mu.Unlock()
+	p := parkedAck{c: c, a: a, at: ch.peer.node.now()}
+	ch.parkMu.Lock()
+	ch.parked = append(ch.parked, p)
+	ch.hasParked.Store(true)
+	ch.parkMu.Unlock()
+	if ch.mu.TryLock() {
+		ch.unlockAfter(ackEffects{})
 		return
 	}
-	src := ch.mu.src
-	e := src.OnAck(now, lossdetect.Ack{
-		Open: a.Flags&wire.AckOpen != 0, Epoch: a.Epoch, ReqSeq: a.ReqSeq, Count: a.Count, Next: a.Next,
-	})
-	if e.Invalid {
-		ch.mu.Unlock()
-		ch.fail(&ChannelError{Channel: ch.key, Err: fmt.Errorf("%w: next %d, request %d", ErrInvalidAck, a.Next, a.ReqSeq)})
-		return
+	if n := len(c.in.parked); n == 0 || c.in.parked[n-1] != ch {
+		c.in.parked = append(c.in.parked, ch)
 	}
-	if e.Released > 0 {
-		ch.peer.charged.Add(-int64(e.Released))
+}
+
+// retryParked applies the acks that the read which just ended parked
+// (channel.onAck), for each channel whose lock is free now; where a sender
+// still holds it, the sender applies them as it unlocks. Loop only.
+func (c *conn) retryParked() {
+	for i, ch := range c.in.parked {
+		ch.applyParked()
+		c.in.parked[i] = nil
 	}
-	drained := src.Drained()
-	if drained && e.Freed > 0 && src.Footprint() > ch.peer.share() {
-		ch.mu.idle = int64(src.Footprint())
-		ch.peer.idle.Add(ch.mu.idle)
-	}
-	if !ch.mu.queued && src.Ready() {
-		ch.mu.queued = true
-		if _, wake := c.enqueue(ch, 0, false); wake {
-			c.wake() // on the loop: no other thread waits for ch.mu or c.mu here
-		}
-	}
-	ch.scheduleLocked(now)
+	c.in.parked = c.in.parked[:0]
+}
+
+// parkedAck is an ack the loop read at at (Node.now) on c, to be applied
+// by whoever holds the channel's lock next.
+type parkedAck struct {
+	c  *conn
+	a  wire.Ack
+	at int64
+}
+
+// unlock releases ch.mu, and then applies the acks the loop parked while
+// it was held (onAck), unless another goroutine has taken the lock since,
+// which then does. Senders release ch.mu with it; the rest with
+// mu.Unlock: the peer's bookkeeping under the peer's lock and fill under a
+// connection's write lock, because applying an ack may close the channel,
+// which takes those, and Close, stats and the health check, which run
+// rarely. What they leave parked waits for the next unlock or, at the
+// latest, the node timer's next tick for the channel, which the
+// outstanding ack request the ack answers keeps scheduled.
+func (ch *channel) unlock() {
 	ch.mu.Unlock()
-	if e.Freed > 0 {
+	if ch.hasParked.Load() {
+		ch.applyParked()
+	}
+}
+
+// applyParked applies the parked acks if it can take ch.mu at once.
+func (ch *channel) applyParked() {
+	if ch.hasParked.Load() && ch.mu.TryLock() {
+		ch.unlockAfter(ackEffects{})
+	}
+}
+
+// unlockAfter applies the parked acks, releases ch.mu, and does what they
+// and e (what the caller applied before) call for; again while more are
+// parked and the lock is free.
+func (ch *channel) unlockAfter(e ackEffects) {
+	for {
+		ch.applyParkedLocked(&e)
+		ch.mu.Unlock()
+		e.run(ch)
+		if !ch.hasParked.Load() || !ch.mu.TryLock() {
+			return
+		}
+		e = ackEffects{}
+	}
+}
+
+// ackEffects is what applying acks calls for once ch.mu is released.
+type ackEffects struct {
+	freed   bool  // credit grew: wake the channel's senders and the peer's
+	drained bool  // and the window drained: wake Flush
+	wake    *conn // a connection whose loop is to flush (conn.scheduleLocked)
+	err     error // an invalid ack: the channel fails
+}
+
+// run does what e calls for. The caller holds no lock.
+func (e *ackEffects) run(ch *channel) {
+	if e.freed {
 		// Credit grew on this channel, and perhaps the peer's budget:
 		// wake the channel's senders and anyone waiting for any credit;
 		// and Flush if that drained it. An ack that freed nothing (the
 		// answer to an OPEN, a repeat) drained nothing either.
 		ch.peer.budget.broadcast()
 		ch.credit.broadcast()
-		if drained {
+		if e.drained {
 			ch.peer.drained.broadcast()
 		}
+	}
+	if e.wake != nil {
+		e.wake.wake()
+	}
+	if e.err != nil {
+		ch.fail(e.err)
+	}
+}
+
+// applyParkedLocked applies the parked acks, oldest first, adding what
+// they call for to e. The caller holds ch.mu.
+func (ch *channel) applyParkedLocked(e *ackEffects) {
+	if !ch.hasParked.Load() {
+		return
+	}
+	ch.parkMu.Lock()
+	acks := ch.parked
+	ch.parked = ch.spare[:0]
+	ch.hasParked.Store(false)
+	ch.parkMu.Unlock()
+	for i := range acks {
+		ch.applyAckLocked(acks[i], e)
+		acks[i] = parkedAck{}
+	}
+	ch.spare = acks[:0]
+}
+
+// applyAckLocked applies one ack. The caller holds ch.mu.
+func (ch *channel) applyAckLocked(p parkedAck, e *ackEffects) {
+	c := p.c
+	if ch.mu.conn != c || ch.mu.closed || e.err != nil {
+		return
+	}
+	src := ch.mu.src
+	r := src.OnAck(p.at, lossdetect.Ack{
+		Open: p.a.Flags&wire.AckOpen != 0, Epoch: p.a.Epoch, ReqSeq: p.a.ReqSeq, Count: p.a.Count, Next: p.a.Next,
+	})
+	if r.Invalid {
+		e.err = &ChannelError{Channel: ch.key, Err: fmt.Errorf("%w: next %d, request %d", ErrInvalidAck, p.a.Next, p.a.ReqSeq)}
+		return
+	}
+	if r.Released > 0 {
+		ch.peer.charged.Add(-int64(r.Released))
+	}
+	drained := src.Drained()
+	if drained && r.Freed > 0 && src.Footprint() > ch.peer.share() {
+		ch.mu.idle = int64(src.Footprint())
+		ch.peer.idle.Add(ch.mu.idle)
+	}
+	if !ch.mu.queued && src.Ready() {
+		ch.mu.queued = true
+		if _, wake := c.enqueue(ch, 0, false); wake {
+			e.wake = c // none on the loop while it reads (conn.scheduleLocked)
+		}
+	}
+	ch.scheduleLocked(p.at)
+	if r.Freed > 0 {
+		e.freed = true
+		e.drained = e.drained || drained
 	}
 }
 
@@ -626,8 +753,12 @@ func (ch *channel) tick(now int64) {
 	ch.mu.Lock()
 	ch.mu.timerAt = 0
 	ch.wakeAt.Store(0)
+	// Acks parked for this lock's holder come first: the tracker would
+	// otherwise take the requests they answer for unanswered.
+	var e ackEffects
+	ch.applyParkedLocked(&e)
 	if ch.mu.closed {
-		ch.mu.Unlock()
+		ch.unlockAfter(e)
 		return
 	}
 	c, num := ch.mu.conn, ch.mu.num
@@ -649,7 +780,7 @@ func (ch *channel) tick(now int64) {
 		}
 	}
 	ch.scheduleLocked(now)
-	ch.mu.Unlock()
+	ch.unlockAfter(e)
 	if hook := testHookTicked.Load(); hook != nil {
 		(*hook)(ch, len(reqs))
 	}
