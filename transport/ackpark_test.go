@@ -10,9 +10,10 @@ import (
 
 // parkedAckPair opens two channels, a and b, from tx to rx over one
 // connection, and sends one message on a whose ack arrives while the test
-// holds a's lock, as a sender pushing a run does: rx's handler for a's
-// target holds the message until a's lock is taken, and the test waits
-// until the ack is parked. It returns with a's lock held.
+// holds a's lock as a sender pushing a run does (longHold): rx's handler
+// for a's target holds the message until a's lock is taken, and the test
+// waits until the ack is parked. It returns with a's lock so held;
+// releaseLong lets go of it.
 func parkedAckPair(t *testing.T, be []Option) (a, b *Sender, ctx context.Context) {
 	t.Helper()
 	ctx = ctxT(t, 20*time.Second)
@@ -44,15 +45,22 @@ func parkedAckPair(t *testing.T, be []Option) (a, b *Sender, ctx context.Context
 		t.Fatal("the message did not arrive")
 	}
 	a.ch.mu.Lock()
+	a.ch.longHold.Store(true)
 	close(release)
 	for !a.ch.hasParked.Load() {
 		if ctx.Err() != nil {
-			a.ch.mu.Unlock()
+			releaseLong(a.ch, (*channel).unlock)
 			t.Fatal("no ack was parked for the locked channel")
 		}
 		time.Sleep(time.Millisecond)
 	}
 	return a, b, ctx
+}
+
+// releaseLong ends a long hold of ch's lock, releasing it with unlock.
+func releaseLong(ch *channel, unlock func(*channel)) {
+	ch.longHold.Store(false)
+	unlock(ch)
 }
 
 // unacked is how many messages a channel's window retains.
@@ -63,8 +71,8 @@ func unacked(ch *channel) int {
 	return n
 }
 
-// The loop that reads a channel's acks never waits for a sender holding the
-// channel's lock: it parks the ack and goes on reading, here the acks of
+// The loop that reads a channel's acks does not wait for a sender holding
+// the channel's lock for a run: it parks the ack and goes on reading, here the acks of
 // another channel on the same connection; the sender applies the parked
 // ack as it lets go. A loop that waited for the lock could not read the
 // other channel's ack until the test let go.
@@ -74,7 +82,7 @@ func TestTheLoopParksAnAckForALockedChannel(t *testing.T) {
 		locked := true
 		defer func() {
 			if locked {
-				a.ch.mu.Unlock()
+				releaseLong(a.ch, (*channel).unlock)
 			}
 		}()
 		if err := b.Send(ctx, 1, []byte("free")); err != nil {
@@ -85,7 +93,7 @@ func TestTheLoopParksAnAckForALockedChannel(t *testing.T) {
 		if err := b.Flush(fctx); err != nil {
 			t.Fatalf("the other channel's ack was not applied while the first channel's lock was held: %v", err)
 		}
-		a.ch.unlock()
+		releaseLong(a.ch, (*channel).unlock)
 		locked = false
 		if a.ch.hasParked.Load() {
 			t.Fatal("the parked ack is still parked after the holder let go")
@@ -116,7 +124,7 @@ func TestAnAckLeftParkedIsAppliedByTheTimer(t *testing.T) {
 		}
 		testHookTicked.Store(&hook)
 		t.Cleanup(func() { testHookTicked.Store(nil) })
-		a.ch.mu.Unlock()
+		releaseLong(a.ch, func(ch *channel) { ch.mu.Unlock() })
 		for a.ch.hasParked.Load() {
 			if ctx.Err() != nil {
 				t.Fatal("the parked ack was never applied")

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice/batch"
-	"github.com/sluicehq/sluice/internal/spin"
 	"github.com/sluicehq/sluice/lossdetect"
 	"github.com/sluicehq/sluice/taskid"
 	"github.com/sluicehq/sluice/transport/internal/flow"
@@ -38,7 +37,11 @@ type channel struct {
 	// another goroutine held mu, and left them to whoever holds mu to apply
 	// as it unlocks (onAck, unlock). Beside mu, whose unlock reads it.
 	hasParked atomic.Bool
-	mu        struct {
+	// longHold is set while mu's holder pushes a run (TrySendRun) or
+	// fills a batch (fill): an ack arriving meanwhile is parked rather
+	// than waited for (onAck).
+	longHold atomic.Bool
+	mu       struct {
 		sync.Mutex
 		src *flow.Source
 		// idle is the window's footprint, counted in the peer's idle
@@ -261,7 +264,9 @@ func (s *Sender) SendRun(ctx context.Context, msgs []Message) (int, error) {
 func (s *Sender) TrySendRun(msgs []Message) (int, error) {
 	ch := s.ch
 	ch.mu.Lock()
+	ch.longHold.Store(true)
 	defer ch.unlockAndWrite()
+	defer ch.longHold.Store(false)
 	// A message the window does not take as it is goes the general way,
 	// which also queues the channel on its connection; the ones after it
 	// then need only the window again.
@@ -540,7 +545,9 @@ func (ch *channel) fail(err error) {
 // whether the channel has more to send, in which case the batch is full.
 func (ch *channel) fill(c *conn, b *outBatch, now int64) (more bool) {
 	ch.mu.Lock()
+	ch.longHold.Store(true)
 	defer ch.mu.Unlock()
+	defer ch.longHold.Store(false)
 	if ch.mu.conn != c || ch.mu.closed {
 		return false
 	}
@@ -566,34 +573,42 @@ func (ch *channel) fill(c *conn, b *outBatch, now int64) (more bool) {
 	return more
 }
 
-// onAck applies an ACK from the receiver. It runs on c's loop, which
-// never sleeps here on a lock a sender holds: it parks the ack, and applies
-// it (and any parked before it) if it can take ch.mu within a short spin
-// (ackSpins); otherwise once it has read the rest of what arrived
-// (conn.retryParked), and if the sender still holds the lock then, the
-// sender applies it as it unlocks (unlock). A loop that waited here slept
-// until the sender let go, and then until a thread had a P for it again:
-// in a one-process trace of runs of 64 (100 B, 2-core Intel Xeon VM) the
-// loop waited so 950 times a second, 15 us and then 49 us on average.
+// onAck applies an ACK from the receiver. It runs on c's loop. Where a
+// sender holds ch.mu for long (pushing a run, filling a batch: longHold),
+// the loop does not wait: it parks the ack, retries once it has read the
+// rest of what arrived (conn.retryParked), and if the sender still holds
+// the lock then, the sender applies it as it unlocks (unlock). A loop that
+// waited slept until the sender let go, and then until a thread had a P
+// for it again: in a one-process trace of runs of 64 (100 B, 2-core Intel
+// Xeon VM) about 950 times a second, 15 us and then 49 us on average. A
+// Send holds the lock for tens of nanoseconds: the loop waits for it as
+// before, so that the ack's work stays with the loop rather than with a
+// producer that is the bottleneck (parking those too made one Send a
+// message 8-10 % slower across two processes, results/bench-intel-xeon/ack-park).
 func (ch *channel) onAck(c *conn, a wire.Ack) {
 	p := parkedAck{c: c, a: a, at: ch.peer.node.now()}
+	if ch.mu.TryLock() || !ch.longHold.Load() && lock(&ch.mu.Mutex) {
+		var e ackEffects
+		ch.applyParkedLocked(&e) // those parked before it first
+		ch.applyAckLocked(p, &e)
+		ch.unlockAfter(e)
+		return
+	}
 	ch.parkMu.Lock()
 	ch.parked = append(ch.parked, p)
 	ch.hasParked.Store(true)
 	ch.parkMu.Unlock()
-	for i := 0; ; i++ {
-		if ch.mu.TryLock() {
-			ch.unlockAfter(ackEffects{})
-			return
-		}
-		if i == ackSpins {
-			break
-		}
-		spin.Pause(ackPause)
-	}
+	// The holder may have unlocked before the ack was parked: the read
+	// looks again as it ends.
 	if n := len(c.in.parked); n == 0 || c.in.parked[n-1] != ch {
 		c.in.parked = append(c.in.parked, ch)
 	}
+}
+
+// lock takes mu and returns true, for a condition.
+func lock(mu *sync.Mutex) bool {
+	mu.Lock()
+	return true
 }
 
 // retryParked applies the acks that the read which just ended parked
@@ -606,20 +621,6 @@ func (c *conn) retryParked() {
 	}
 	c.in.parked = c.in.parked[:0]
 }
-
-// ackSpins and ackPause are how long onAck waits for a held lock before
-// it parks the ack: ackSpins more looks, ackPause spin-wait hints apart
-// (spin.Pause; 0.4 us on the 2-core Intel Xeon VM), as sync.Mutex spins
-// where the runtime lets it (it did not, for the loop, when its P had
-// other goroutines queued). A Send holds the lock for tens of nanoseconds,
-// a run of 64 for about a microsecond: the ack's work stays with the loop,
-// not with a producer that is the bottleneck. Parking every ack a held lock
-// turned away made the producer of one Send a message apply 60 % of them
-// and moved 8 % less across two processes (4 of 4 alternating rounds).
-const (
-	ackSpins = 4
-	ackPause = 30
-)
 
 // parkedAck is an ack the loop read at at (Node.now) on c, to be applied
 // by whoever holds the channel's lock next.

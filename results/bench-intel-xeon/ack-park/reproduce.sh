@@ -1,18 +1,21 @@
 #!/bin/bash
-# Builds loadgen and the transport benchmarks at 4be9d09 (before) and 38e2843
-# (after: the loop parks an ack for a locked channel) and runs them in
+# Builds loadgen and the transport benchmarks at 4be9d09 (before) and $NEW
+# (default ab90814, the final code: the loop parks an ack for a locked
+# channel after a short spin; 38e2843 parked at once) and runs them in
 # alternating rounds: 'loadgen run --scenario transport' (100 B, runs of 64,
 # one channel, one process, 4 s), and the go test benchmarks of one channel
 # (one Send a message, and runs of 64) for a fixed number of messages under
 # /usr/bin/time, so that their CPU seconds compare. Writes the raw figures
-# here, and the CPU time stolen by the host over the whole (/proc/stat).
+# here (loadgen-<rev>.txt, gotest-<rev>.txt), and the CPU time stolen by
+# the host over the whole (steal-<rev>.txt, from /proc/stat).
 # About six minutes.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 here=$(pwd)
 tmp=$(mktemp -d)
 trap 'for v in base new; do git -C "$root" worktree remove --force "$tmp/$v" >/dev/null 2>&1 || true; done; rm -rf "$tmp"' EXIT
-for v in base:4be9d09 new:38e2843; do
+new=${NEW:-ab90814}
+for v in base:4be9d09 new:$new; do
   name=${v%%:*}; rev=${v##*:}
   git -C "$root" worktree add -q "$tmp/$name" "$rev"
   (cd "$tmp/$name" && go build -o "$tmp/loadgen-$name" ./cmd/loadgen && go test -c -o "$tmp/transport-$name.test" ./transport)
@@ -20,12 +23,12 @@ done
 rounds=${ROUNDS:-8}
 steal() { head -1 /proc/stat; }
 s0=$(steal)
-: > loadgen.txt; : > gotest.txt
+: > "loadgen-$new.txt"; : > "gotest-$new.txt"
 cd "$tmp"
 for i in $(seq "$rounds"); do
   for v in base new; do
     r=$("$tmp/loadgen-$v" run --scenario transport --size 100 --duration 4s --out "$tmp/out" | grep '^| throughput' | awk '{print $4}')
-    echo "$i $v $r" >> "$here/loadgen.txt"
+    echo "$i $v $r" >> "$here/loadgen-$new.txt"
   done
 done
 cd "$root/transport"
@@ -35,9 +38,9 @@ for bench in 'Transport1ChannelRuns64:40000000' 'Transport1Channel$:30000000'; d
       out=$( { /usr/bin/time -f "TIME %U %S" "$tmp/transport-$v.test" -test.run '^$' -test.bench "${bench%%:*}" -test.benchtime "${bench##*:}x"; } 2>&1 )
       ns=$(echo "$out" | awk '/^Benchmark/ {print $1, $3}')
       cpu=$(echo "$out" | awk '/^TIME/ {print $2 + $3}')
-      echo "$i $v $ns cpu_s $cpu" >> "$here/gotest.txt"
+      echo "$i $v $ns cpu_s $cpu" >> "$here/gotest-$new.txt"
     done
   done
 done
 s1=$(steal)
-printf '%s\n%s\n' "$s0" "$s1" | awk 'NR==1{for(i=2;i<=11;i++)a[i]=$i} NR==2{t=0; for(i=2;i<=11;i++)t+=$i-a[i]; printf "CPU time stolen over the rounds: %.1f %%\n", 100*($9-a[9])/t}' | tee "$here/steal.txt"
+printf '%s\n%s\n' "$s0" "$s1" | awk 'NR==1{for(i=2;i<=11;i++)a[i]=$i} NR==2{t=0; for(i=2;i<=11;i++)t+=$i-a[i]; printf "CPU time stolen over the rounds: %.1f %%\n", 100*($9-a[9])/t}' | tee "$here/steal-$new.txt"
