@@ -142,10 +142,11 @@ func (ch *channel) push(ts int64, payload []byte) error {
 	if ch.onlyWindowLocked() && len(payload) <= ch.maxPayload {
 		if _, ok := ch.mu.src.TryPush(ts, payload); ok {
 			c := ch.fullBatchConnLocked()
-			ch.mu.Unlock() // ch.unlock, written out: too large to inline
-			if ch.hasParked.Load() {
-				ch.applyParked()
-			}
+			// Not unlock: acks are parked only while a run is pushed or
+			// a batch filled (longHold), and the sender's next unlock
+			// after its own (writeFullBatches, its next run, its wait
+			// for credit) applies them.
+			ch.mu.Unlock()
 			if c != nil { // a batch in 600 or so: the call is not inlined
 				ch.writeFullBatches(c)
 			}
@@ -632,8 +633,8 @@ type parkedAck struct {
 
 // unlock releases ch.mu, and then applies the acks the loop parked while
 // it was held (onAck), unless another goroutine has taken the lock since,
-// which then does. Senders release ch.mu with it; the rest with
-// mu.Unlock: the peer's bookkeeping under the peer's lock and fill under a
+// which then does. Senders release ch.mu with it (but for a Send's
+// fast path, push); the rest with mu.Unlock: the peer's bookkeeping under the peer's lock and fill under a
 // connection's write lock, because applying an ack may close the channel,
 // which takes those, and Close, stats and the health check, which run
 // rarely. What they leave parked waits for the next unlock or, at the
