@@ -9,7 +9,7 @@ root=$(git rev-parse --show-toplevel)
 here=$(pwd)
 tmp=$(mktemp -d)
 trap 'for v in base new; do git -C "$root" worktree remove --force "$tmp/$v" >/dev/null 2>&1 || true; done; rm -rf "$tmp"' EXIT
-new=${NEW:-8132409}
+new=${NEW:-1892e07}
 for v in base:4be9d09 new:$new; do
   name=${v%%:*}; rev=${v##*:}
   git -C "$root" worktree add -q "$tmp/$name" "$rev"
