@@ -633,13 +633,14 @@ type parkedAck struct {
 
 // unlock releases ch.mu, and then applies the acks the loop parked while
 // it was held (onAck), unless another goroutine has taken the lock since,
-// which then does. Senders release ch.mu with it (but for a Send's
-// fast path, push); the rest with mu.Unlock: the peer's bookkeeping under the peer's lock and fill under a
-// connection's write lock, because applying an ack may close the channel,
-// which takes those, and Close, stats and the health check, which run
-// rarely. What they leave parked waits for the next unlock or, at the
-// latest, the node timer's next tick for the channel, which the
-// outstanding ack request the ack answers keeps scheduled.
+// which then does. Senders release ch.mu with it, but for a Send's fast
+// path (push); the rest with mu.Unlock: the peer's bookkeeping under the
+// peer's lock and fill under a connection's write lock, because applying
+// an ack may close the channel, which takes those, and Close, stats and
+// the health check, which run rarely. What they leave parked waits for the
+// next unlock or, at the latest, the node timer's next tick for the
+// channel, which the outstanding ack request the ack answers keeps
+// scheduled.
 func (ch *channel) unlock() {
 	ch.mu.Unlock()
 	if ch.hasParked.Load() {

@@ -1,14 +1,18 @@
 #!/bin/bash
 # Builds loadgen and the transport benchmarks at 4be9d09 (before) and $NEW
-# (default ab90814, the final code: the loop parks an ack for a locked
-# channel after a short spin; 38e2843 parked at once) and runs them in
-# alternating rounds: 'loadgen run --scenario transport' (100 B, runs of 64,
-# one channel, one process, 4 s), and the go test benchmarks of one channel
-# (one Send a message, and runs of 64) for a fixed number of messages under
-# /usr/bin/time, so that their CPU seconds compare. Writes the raw figures
-# here (loadgen-<rev>.txt, gotest-<rev>.txt), and the CPU time stolen by
-# the host over the whole (steal-<rev>.txt, from /proc/stat).
-# About six minutes.
+# (default 1892e07, the final code; 38e2843, ab90814 and 8132409 are the
+# variants measured on the way, README.md) and runs them in alternating
+# rounds:
+#  - 'loadgen run --scenario transport' (100 B, runs of 64, one channel, one
+#    process, 4 s): loadgen-<rev>.txt;
+#  - the go test benchmarks of one channel (one Send a message, and runs of
+#    64) for a fixed number of messages under /usr/bin/time, so that their
+#    CPU seconds compare: gotest-<rev>.txt;
+#  - across two processes, 'loadgen bench --cases throughput --topology two
+#    --duration 3s' (ROUNDS_TWO rounds, default 4): two-<rev>/<round>-<version>/bench.json,
+#    with the CPU time the host stole during each run in two-<rev>/steal.txt.
+# The CPU time stolen over the first two parts goes to steal-<rev>.txt (from
+# /proc/stat). About ten minutes.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
 here=$(pwd)
@@ -44,3 +48,15 @@ for bench in 'Transport1ChannelRuns64:40000000' 'Transport1Channel$:30000000'; d
 done
 s1=$(steal)
 printf '%s\n%s\n' "$s0" "$s1" | awk 'NR==1{for(i=2;i<=11;i++)a[i]=$i} NR==2{t=0; for(i=2;i<=11;i++)t+=$i-a[i]; printf "CPU time stolen over the rounds: %.1f %%\n", 100*($9-a[9])/t}' | tee "$here/steal-$new.txt"
+two=two-$new
+mkdir -p "$here/$two"; : > "$here/$two/steal.txt"
+cd "$tmp"
+for i in $(seq "${ROUNDS_TWO:-4}"); do
+  for v in base new; do
+    s0=$(head -1 /proc/stat)
+    "$tmp/loadgen-$v" bench --cases throughput --topology two --duration 3s --out "$tmp/out" > /dev/null
+    s1=$(head -1 /proc/stat)
+    mkdir -p "$here/$two/$i-$v"; cp "$tmp/out/bench.json" "$here/$two/$i-$v/"
+    printf '%s\n%s\n' "$s0" "$s1" | awk -v r="$i-$v" 'NR==1{for(i=2;i<=11;i++)a[i]=$i} NR==2{t=0; for(i=2;i<=11;i++)t+=$i-a[i]; printf "%s %.1f %% stolen\n", r, 100*($9-a[9])/t}' >> "$here/$two/steal.txt"
+  done
+done
