@@ -47,6 +47,8 @@ func parkedAckPair(t *testing.T, be []Option) (a, b *Sender, ctx context.Context
 	a.ch.mu.Lock()
 	a.ch.longHold.Store(true)
 	close(release)
+	// Not waitFor: the lock is let go before failing, or the nodes'
+	// shutdown would wait for it.
 	for !a.ch.hasParked.Load() {
 		if ctx.Err() != nil {
 			releaseLong(a.ch, (*channel).unlock)
@@ -72,10 +74,10 @@ func unacked(ch *channel) int {
 }
 
 // The loop that reads a channel's acks does not wait for a sender holding
-// the channel's lock for a run: it parks the ack and goes on reading, here the acks of
-// another channel on the same connection; the sender applies the parked
-// ack as it lets go. A loop that waited for the lock could not read the
-// other channel's ack until the test let go.
+// the channel's lock for a run: it parks the ack and goes on reading, here
+// the acks of another channel on the same connection; the sender applies
+// the parked ack as it lets go. A loop that waited for the lock could not
+// read the other channel's ack until the test let go.
 func TestTheLoopParksAnAckForALockedChannel(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be []Option) {
 		a, b, ctx := parkedAckPair(t, be)
@@ -125,12 +127,7 @@ func TestAnAckLeftParkedIsAppliedByTheTimer(t *testing.T) {
 		testHookTicked.Store(&hook)
 		t.Cleanup(func() { testHookTicked.Store(nil) })
 		releaseLong(a.ch, func(ch *channel) { ch.mu.Unlock() })
-		for a.ch.hasParked.Load() {
-			if ctx.Err() != nil {
-				t.Fatal("the parked ack was never applied")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, 10*time.Second, "the parked ack to be applied", func() bool { return !a.ch.hasParked.Load() })
 		select {
 		case <-ticked:
 		case <-ctx.Done():

@@ -588,7 +588,12 @@ func (ch *channel) fill(c *conn, b *outBatch, now int64) (more bool) {
 // message 8-10 % slower across two processes, results/bench-intel-xeon/ack-park).
 func (ch *channel) onAck(c *conn, a wire.Ack) {
 	p := parkedAck{c: c, a: a, at: ch.peer.node.now()}
-	if ch.mu.TryLock() || !ch.longHold.Load() && lock(&ch.mu.Mutex) {
+	locked := ch.mu.TryLock()
+	if !locked && !ch.longHold.Load() {
+		ch.mu.Lock() // a Send's hold
+		locked = true
+	}
+	if locked {
 		var e ackEffects
 		ch.applyParkedLocked(&e) // those parked before it first
 		ch.applyAckLocked(p, &e)
@@ -604,12 +609,6 @@ func (ch *channel) onAck(c *conn, a wire.Ack) {
 	if n := len(c.in.parked); n == 0 || c.in.parked[n-1] != ch {
 		c.in.parked = append(c.in.parked, ch)
 	}
-}
-
-// lock takes mu and returns true, for a condition.
-func lock(mu *sync.Mutex) bool {
-	mu.Lock()
-	return true
 }
 
 // retryParked applies the acks that the read which just ended parked
